@@ -1,0 +1,65 @@
+"""The `toolkit` command line: a thin layer that parses options, calls one library function, prints.
+
+Each module in this package that defines ``commands`` (a list of click commands) is registered
+automatically; heavy imports stay inside the command bodies so ``toolkit --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import click
+
+from toolkit import __version__
+from toolkit.errors import ToolkitError
+
+
+class Settings:
+    """Options shared by every command (database location)."""
+
+    def __init__(self, database_url: str | None, data_dir: str | None):
+        self.database_url = database_url
+        self.data_dir = data_dir
+
+
+class ToolkitGroup(click.Group):
+    """Turns library errors into clean CLI errors (message, non-zero exit, no traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ToolkitError as error:
+            raise click.ClickException(str(error)) from error
+
+
+@click.group(cls=ToolkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="toolkit")
+@click.option(
+    "--database-url",
+    envvar="TOOLKIT_DATABASE_URL",
+    metavar="URL",
+    help="PostgreSQL URL (≥ 15, pgvector ≥ 0.8). Default: the embedded server. Env: TOOLKIT_DATABASE_URL.",
+)
+@click.option(
+    "--data-dir",
+    envvar="TOOLKIT_DATA_DIR",
+    metavar="DIR",
+    help="Data directory of the embedded server. Default: ~/.local/share/toolkit/postgres. Env: TOOLKIT_DATA_DIR.",
+)
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, data_dir: str | None) -> None:
+    """Chunk, embed and version a retrieval corpus in PostgreSQL + pgvector."""
+    ctx.obj = Settings(database_url, data_dir)
+
+
+def _register_commands() -> None:
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module_info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for command in getattr(module, "commands", []):
+            main.add_command(command)
+
+
+_register_commands()
