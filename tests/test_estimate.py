@@ -1,0 +1,232 @@
+"""`toolkit estimate` against the worked numbers of the seed documents (000, 003, 004), library and CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+from click.testing import CliRunner
+
+from toolkit.cli import main
+from toolkit.errors import InputError
+from toolkit.estimate import (
+    Pricing,
+    chunk_count,
+    corpus_tokens,
+    estimate,
+    pair_configs,
+    parse_count,
+    parse_overlap,
+    vector_bytes,
+)
+
+# The 004 table: 10M tokens, k = 5, 1,536 float32 dimensions, $0.20 / $2 per million tokens.
+# (chunk, overlap, chunks, embedding cost, raw vectors in MB, context tokens per query, input cost per query)
+TABLE_004 = [
+    (100, 0, 100_000, "$2.00", 614, 500, "$0.0010"),
+    (200, 0, 50_000, "$2.00", 307, 1_000, "$0.0020"),
+    (200, 50, 66_667, "$2.67", 410, 1_000, "$0.0020"),
+    (400, 0, 25_000, "$2.00", 154, 2_000, "$0.0040"),
+    (800, 0, 12_500, "$2.00", 77, 4_000, "$0.0080"),
+    (800, 400, 25_000, "$4.00", 154, 4_000, "$0.0080"),
+]
+
+
+def _cli(*args: str) -> dict:
+    result = CliRunner().invoke(main, ["estimate", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _check_004_row(row: dict, expected: tuple) -> None:
+    chunk, overlap, chunks, embedding, megabytes, context, per_query = expected
+    assert (row["chunk"], row["overlap"]) == (chunk, overlap)
+    assert row["chunks"] == chunks
+    assert f"${row['embedding_cost']:.2f}" == embedding
+    assert round(row["vector_bytes"] / 1e6) == megabytes  # the seed's MB are 10^6 bytes: 100,000 × 6,144 B
+    assert row["context_tokens_per_query"] == context
+    assert f"${row['input_cost_per_query']:.4f}" == per_query
+
+
+@pytest.mark.parametrize("expected", TABLE_004, ids=lambda e: f"{e[0]}/{e[1]}")
+def test_004_table_rows_through_the_library(expected):
+    chunk, overlap = expected[:2]
+    result = estimate(
+        10_000_000, configs=[(chunk, overlap)], pricing=Pricing(k=5, embed_price=0.20, input_price=2)
+    )
+
+    _check_004_row(asdict(result.rows[0]), expected)
+
+
+def test_004_table_through_the_cli_as_one_table():
+    args = ["--tokens", "10M", "-k", "5", "--dims", "1536", "--storage", "float32"]
+    for chunk, overlap, *_ in TABLE_004:
+        args += ["--chunk", str(chunk), "--overlap", str(overlap)]
+    data = _cli(*args, "--embed-price", "0.20", "--input-price", "2")
+    assert data["tokens"] == 10_000_000
+    assert len(data["rows"]) == len(TABLE_004)
+    for row, expected in zip(data["rows"], TABLE_004, strict=True):
+        _check_004_row(row, expected)
+
+
+def test_004_daily_cost_800_against_200_tokens_at_10000_queries():
+    # 5 × 800 = 4,000 tokens × $2/M = $0.008 × 10,000 = $80; 5 × 200 = 1,000 tokens → $20.
+    pricing = Pricing(k=5, input_price=2, queries_per_day=10_000)
+    rows = estimate(10_000_000, configs=[(800, 0), (200, 0)], pricing=pricing).rows
+    assert [row.input_cost_per_day for row in rows] == pytest.approx([80.0, 20.0])
+    data = _cli("--tokens", "10M", "--chunk", "800", "--chunk", "200", "--queries-per-day", "10k")
+    assert [row["input_cost_per_day"] for row in data["rows"]] == pytest.approx([80.0, 20.0])
+
+
+def test_003_policy_manual():
+    # 100 pages × 500 words × 1.3 tokens a word = 65,000 tokens.
+    tokens = corpus_tokens(pages=100, words_per_page=500, tokens_per_word=1.3)
+    assert tokens == 65_000
+    pricing = Pricing(k=5, system_prompt_tokens=600, question_tokens=50)
+    plain, overlapped = estimate(tokens, configs=[(400, 0), (400, 40)], pricing=pricing).rows
+    # 65,000 ÷ 400 = 162.5 → the seed's "≈ 163 chunks" (the last, shorter window is a chunk too).
+    assert plain.chunks == 163
+    # Windows every 360 tokens: ceil(65,000 / 360) = 181; 65,000 + 180 × 40 = 72,200 → the seed's "about 72k".
+    assert round(overlapped.embedded_tokens, -3) == 72_000
+    # 5 × 400 + 600 + 50 = 2,650 input tokens per question, with or without overlap.
+    assert plain.input_tokens_per_query == overlapped.input_tokens_per_query == 2_650
+    # Weekly update: 20 pages × 500 words × 1.3 ≈ 13,000 tokens ≈ 33 chunks (13,000 / 400 = 32.5 → 33).
+    weekly = corpus_tokens(pages=20)
+    assert weekly == 13_000
+    assert estimate(weekly, configs=[(400, 0)]).rows[0].chunks == 33
+
+
+def test_003_policy_manual_through_the_cli():
+    data = _cli(
+        "--pages", "100", "--chunk", "400", "--overlap", "0", "--chunk", "400", "--overlap", "40",
+        "--system-prompt-tokens", "600", "--question-tokens", "50",
+    )  # fmt: skip
+    assert data["tokens"] == 65_000
+    plain, overlapped = data["rows"]
+    assert plain["chunks"] == 163
+    assert round(overlapped["embedded_tokens"], -3) == 72_000
+    assert plain["input_tokens_per_query"] == 2_650
+    weekly = _cli("--words", "10000", "--tokens-per-word", "1.3", "--chunk", "400")
+    assert weekly["tokens"] == 13_000 and weekly["rows"][0]["chunks"] == 33
+
+
+# The 000 storage table: 10M chunks × dims × 4 B, printed as GB of 10^9 bytes with one decimal.
+STORAGE_000 = [(384, 15.4), (768, 30.7), (1536, 61.4), (3072, 122.9)]
+
+
+@pytest.mark.parametrize(("dims", "gigabytes"), STORAGE_000)
+def test_000_storage_table(dims, gigabytes):
+    assert round(vector_bytes(10_000_000, dims, "float32") / 1e9, 1) == gigabytes
+
+
+def test_000_storage_table_through_the_cli_and_int8():
+    args = ["--chunks", "10M", "--chunk", "300"]
+    for dims, _ in STORAGE_000:
+        args += ["--dims", str(dims)]
+    data = _cli(*args)
+    assert [round(row["vector_bytes"] / 1e9, 1) for row in data["rows"]] == [gb for _, gb in STORAGE_000]
+    # int8 at 1,536 dims: 10M × 1,536 × 1 B = 15.4 GB.
+    int8 = _cli("--chunks", "10M", "--dims", "1536", "--storage", "int8")
+    assert round(int8["rows"][0]["vector_bytes"] / 1e9, 1) == 15.4
+
+
+def test_000_re_embedding_cost_from_a_chunk_count():
+    # 10M chunks of about 300 tokens = 3 billion tokens; at $0.10/M about $300, at $1/M $3,000.
+    rows = estimate(chunks=10_000_000, configs=[(300, 0)], pricing=Pricing(embed_price=0.10)).rows
+    assert rows[0].embedded_tokens == 3_000_000_000
+    assert rows[0].embedding_cost == pytest.approx(300.0)
+    assert estimate(chunks=10_000_000, configs=[(300, 0)], pricing=Pricing(embed_price=1)).rows[
+        0
+    ].embedding_cost == pytest.approx(3_000.0)
+
+
+def test_000_system_design_tie_in():
+    # 50,000 documents × 4,000 tokens = 200M tokens; 400-token chunks with a 10% (40-token) overlap.
+    # Windows every 360 tokens: ceil(200M / 360) = 555,556. The seed multiplies 500,000 by 1.1 and says
+    # "roughly 550,000"; the two agree within 1%, and both give "about 3.4 GB" at 6,144 B a vector.
+    row = estimate(50_000 * 4_000, configs=pair_configs([400], ["10%"])).rows[0]
+    assert row.overlap == 40
+    assert row.chunks == 555_556
+    assert abs(row.chunks - 550_000) / 550_000 < 0.015
+    assert round(row.vector_bytes / 1e9, 1) == 3.4
+    data = _cli("--tokens", "200M", "--chunk", "400", "--overlap", "10%")
+    assert round(data["rows"][0]["vector_bytes"] / 1e9, 1) == 3.4
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10M", 10_000_000),
+        ("65k", 65_000),
+        ("1.5M", 1_500_000),
+        ("65000", 65_000),
+        ("10,000", 10_000),
+        ("2B", 2e9),
+    ],
+)
+def test_parse_count(text, expected):
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize("text", ["ten", "10X", "-5", "", "1.2.3M"])
+def test_parse_count_rejects_garbage(text):
+    with pytest.raises(InputError, match=r"write a number|zero or more"):
+        parse_count(text)
+
+
+def test_storage_types_bytes_per_vector():
+    # 1,536 dims: float32 6,144 B, halfvec 3,072 B, int8 1,536 B, binary 1,536 bits = 192 B.
+    assert [vector_bytes(1, 1536, kind) for kind in ("float32", "halfvec", "int8", "binary")] == [
+        6144,
+        3072,
+        1536,
+        192,
+    ]
+
+
+def test_overlap_pairs_and_percentages():
+    assert parse_overlap("10%", 400) == 40
+    assert pair_configs([200, 800], ["50", "400"]) == [(200, 50), (800, 400)]
+    assert pair_configs([200, 800], ["0"]) == [(200, 0), (800, 0)]  # one overlap applies to every size
+    assert pair_configs([], []) == [(400, 0)]
+    with pytest.raises(InputError, match="one --overlap per --chunk"):
+        pair_configs([100, 200, 300], ["0", "10"])
+
+
+def test_bad_input_is_a_clean_cli_error():
+    runner = CliRunner()
+    result = runner.invoke(main, ["estimate", "--tokens", "10M", "--chunk", "200", "--overlap", "200"])
+    assert result.exit_code == 1
+    assert "must be at least 0 and smaller than the chunk size" in result.output
+    result = runner.invoke(main, ["estimate", "--tokens", "10M", "--pages", "3"])
+    assert result.exit_code == 1
+    assert "Give the corpus size once" in result.output
+
+
+def test_table_output_shows_the_seed_figures_and_the_index_note():
+    result = CliRunner().invoke(
+        main,
+        [
+            "estimate",
+            "--tokens",
+            "10M",
+            "--chunk",
+            "100",
+            "--chunk",
+            "800",
+            "--overlap",
+            "0",
+            "--overlap",
+            "400",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "100,000" in result.output and "614 MB" in result.output and "$0.0010" in result.output
+    assert "$4.00" in result.output and "154 MB" in result.output
+    assert "HNSW" in result.output
+
+
+def test_chunk_count_rejects_overlap_as_large_as_the_chunk():
+    with pytest.raises(InputError, match="smaller than the chunk size"):
+        chunk_count(1000, 100, 100)

@@ -1,0 +1,178 @@
+"""`toolkit estimate`: price a chunking choice before building it (library: toolkit.estimate)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from toolkit import estimate as lib
+
+
+@click.command()
+@click.option("--tokens", metavar="N", help="Corpus size in tokens: 65000, 65k, 1.5M, 10M.")
+@click.option("--words", metavar="N", help="Corpus size in words (times --tokens-per-word).")
+@click.option(
+    "--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word)."
+)
+@click.option("--chunks", "chunk_total", metavar="N", help="Corpus size as a chunk count (e.g. 10M chunks).")
+@click.option("--words-per-page", type=float, default=500, show_default=True)
+@click.option("--tokens-per-word", type=float, default=1.3, show_default=True)
+@click.option(
+    "--corpus",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Count tokens and chunks for real in these files or folders (needs --chunker).",
+)
+@click.option(
+    "--chunker", "chunkers", multiple=True, metavar="SPEC", help="Chunker spec, e.g. markdown:400:40."
+)
+@click.option("--chunk", "chunk_sizes", multiple=True, type=int, help="Chunk size in tokens (repeatable).")
+@click.option(
+    "--overlap",
+    "overlaps",
+    multiple=True,
+    help="Overlap in tokens or as 10%; one per --chunk or one for all.",
+)
+@click.option("-k", "k", type=int, default=5, show_default=True, help="Chunks retrieved per query.")
+@click.option("--dims", multiple=True, type=int, help="Vector dimensions (repeatable). Default 1536.")
+@click.option(
+    "--storage",
+    multiple=True,
+    type=click.Choice(lib.STORAGE_TYPES),
+    help="Vector storage type (repeatable). Default float32.",
+)
+@click.option(
+    "--embed-price", type=float, default=0.20, show_default=True, help="USD per million embedded tokens."
+)
+@click.option(
+    "--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens."
+)
+@click.option("--queries-per-day", metavar="N", help="Queries a day, for the daily input cost (e.g. 10k).")
+@click.option("--system-prompt-tokens", type=int, default=0, show_default=True)
+@click.option("--question-tokens", type=int, default=0, show_default=True)
+@click.option(
+    "--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+def estimate(
+    tokens,
+    words,
+    pages,
+    chunk_total,
+    words_per_page,
+    tokens_per_word,
+    corpus,
+    chunkers,
+    chunk_sizes,
+    overlaps,
+    k,
+    dims,
+    storage,
+    embed_price,
+    input_price,
+    queries_per_day,
+    system_prompt_tokens,
+    question_tokens,
+    output_format,
+):
+    """Estimate chunks, embedding cost, raw vector bytes and prompt cost per query.
+
+    Example: toolkit estimate --tokens 10M --chunk 200 --chunk 800 --overlap 0 --overlap 400 -k 5
+    """
+    pricing = lib.Pricing(
+        k=k,
+        embed_price=embed_price,
+        input_price=input_price,
+        queries_per_day=None
+        if queries_per_day is None
+        else lib.parse_count(queries_per_day, "queries per day"),
+        system_prompt_tokens=system_prompt_tokens,
+        question_tokens=question_tokens,
+    )
+    shape = {"dims": dims or (1536,), "storage": storage or ("float32",), "pricing": pricing}
+    if corpus:
+        result = lib.estimate_corpus(corpus, chunkers, **shape)
+    elif chunk_total is not None:
+        result = lib.estimate(
+            chunks=lib.parse_count(chunk_total, "chunk count"),
+            configs=lib.pair_configs(chunk_sizes, overlaps),
+            **shape,
+        )
+    else:
+        size = lib.corpus_tokens(
+            tokens, words=words, pages=pages, words_per_page=words_per_page, tokens_per_word=tokens_per_word
+        )
+        result = lib.estimate(size, configs=lib.pair_configs(chunk_sizes, overlaps), **shape)
+    if output_format == "json":
+        click.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        click.echo(render_table(result))
+
+
+def _size(n_bytes: int) -> str:
+    if n_bytes >= 1e9:
+        return f"{n_bytes / 1e9:,.1f} GB"
+    if n_bytes >= 1e7:
+        return f"{n_bytes / 1e6:,.0f} MB"
+    if n_bytes >= 1e6:
+        return f"{n_bytes / 1e6:.1f} MB"
+    return f"{n_bytes / 1e3:,.0f} kB"
+
+
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:.4f}"
+
+
+def render_table(result: lib.Estimate) -> str:
+    """The estimate as an aligned text table with its assumptions above and notes below."""
+    p = result.pricing
+    corpus = f"{result.tokens:,} tokens" if result.tokens is not None else "chunk count given"
+    if result.documents is not None:
+        corpus += f" in {result.documents:,} documents"
+    prices = f"USD per M tokens: embedding {p.embed_price:.2f}, input {p.input_price:.2f}"
+    assumptions = f"corpus: {corpus}; k = {p.k}; {prices}"
+    if p.system_prompt_tokens or p.question_tokens:
+        assumptions += f"; system prompt + question {p.system_prompt_tokens + p.question_tokens:,} tokens"
+    lines = [assumptions]
+    header = [
+        "chunk / overlap",
+        "vectors",
+        "chunks",
+        "embedded tokens",
+        "embedding cost",
+        "raw vectors",
+        "context/query",
+        "input/query",
+        "input $/query",
+    ]
+    if p.queries_per_day is not None:
+        header.append(f"input $/day at {p.queries_per_day:,}")
+    table = [header]
+    for row in result.rows:
+        config = row.chunker or f"{row.chunk} / {row.overlap}"
+        cells = [
+            config,
+            f"{row.dims} {row.storage}",
+            f"{row.chunks:,}",
+            f"{row.embedded_tokens:,}",
+            _usd(row.embedding_cost),
+            _size(row.vector_bytes),
+            f"{row.context_tokens_per_query:,}",
+            f"{row.input_tokens_per_query:,}",
+            _usd(row.input_cost_per_query),
+        ]
+        if p.queries_per_day is not None:
+            cells.append(_usd(row.input_cost_per_day))
+        table.append(cells)
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+    lines.extend(result.notes)
+    return "\n".join(lines)
+
+
+commands = [estimate]

@@ -1,0 +1,361 @@
+"""The arithmetic of a chunking choice: chunks, embedding cost, raw vector bytes and prompt cost per query.
+
+Formulas (docs/estimate.md explains them against the seed documents' worked numbers):
+chunks = ceil(tokens / (chunk - overlap)); embedded tokens = tokens + (chunks - 1) * overlap;
+raw vector bytes = chunks * bytes per vector; context per query = k * chunk tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from toolkit.errors import InputError
+
+# Bytes one vector takes per storage type, before pgvector's 8-byte header, the HNSW graph and replicas.
+STORAGE_TYPES = ("float32", "halfvec", "int8", "binary")
+
+_SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000, "g": 1_000_000_000}
+_COUNT_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMbBgG]?)\s*$")
+
+RAW_VECTORS_NOTE = (
+    "Raw vectors only: the HNSW graph, per-row headers, metadata, text and replicas add to this "
+    "(plan for a multiple of it)."
+)
+
+
+def parse_count(value: str | int | float, what: str = "count") -> int:
+    """Read a count written as `10M`, `65k`, `1.5M`, `10,000,000` or a plain integer."""
+    if isinstance(value, bool):
+        raise InputError(f"The {what} must be a number such as 65000, 65k or 10M, not {value!r}.")
+    if isinstance(value, int | float):
+        number = float(value)
+    else:
+        text = value.replace(",", "").replace("_", "")
+        match = _COUNT_PATTERN.match(text)
+        if not match:
+            raise InputError(
+                f"The {what} {value!r} is not a count: write a number such as 65000, 65k, 1.5M or 10M."
+            )
+        number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
+    if number < 0 or not math.isfinite(number):
+        raise InputError(f"The {what} must be zero or more, not {value!r}.")
+    return round(number)
+
+
+def parse_overlap(value: str | int, chunk: int) -> int:
+    """Read an overlap in tokens (`40`) or as a share of the chunk (`10%` of 400 is 40)."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        try:
+            percent = float(text[:-1])
+        except ValueError:
+            raise InputError(f"The overlap {value!r} is not a percentage: write it like 10% or 40.") from None
+        return round(chunk * percent / 100)
+    return parse_count(text, "overlap")
+
+
+def tokens_from_words(words: float, tokens_per_word: float = 1.3) -> int:
+    """Tokens in `words` words of English prose; 1.3 tokens a word is the seed documents' rule of thumb."""
+    if words < 0 or tokens_per_word <= 0:
+        raise InputError(
+            "Words must be zero or more and tokens per word above zero (English prose: about 1.3)."
+        )
+    return round(words * tokens_per_word)
+
+
+def chunk_count(tokens: int, chunk: int, overlap: int = 0) -> int:
+    """Windows of `chunk` tokens that start every `chunk - overlap` tokens; the last, shorter one counts."""
+    _check_chunk(chunk, overlap)
+    return math.ceil(tokens / (chunk - overlap))
+
+
+def embedded_tokens(tokens: int, chunks: int, overlap: int = 0) -> int:
+    """Tokens sent to the embedding model: the corpus once, plus the overlap repeated by each later chunk."""
+    return tokens + max(chunks - 1, 0) * overlap
+
+
+def vector_bytes(chunks: int, dims: int, storage: str = "float32") -> int:
+    """Raw bytes of `chunks` vectors: float32 4 bytes a dimension, halfvec 2, int8 1, binary 1 bit."""
+    if storage not in STORAGE_TYPES:
+        raise InputError(f"Unknown storage {storage!r}: use one of {', '.join(STORAGE_TYPES)}.")
+    if dims <= 0:
+        raise InputError(f"Dimensions must be a positive number (for example 384 or 1536), not {dims}.")
+    per_vector = {"float32": 4 * dims, "halfvec": 2 * dims, "int8": dims, "binary": math.ceil(dims / 8)}[
+        storage
+    ]
+    return chunks * per_vector
+
+
+def corpus_tokens(
+    tokens: str | int | None = None,
+    *,
+    words: str | int | None = None,
+    pages: str | int | None = None,
+    words_per_page: float = 500,
+    tokens_per_word: float = 1.3,
+) -> int:
+    """The corpus size in tokens from one of tokens, words or pages (pages * words/page * tokens/word)."""
+    given = [
+        name for name, value in (("tokens", tokens), ("words", words), ("pages", pages)) if value is not None
+    ]
+    if len(given) != 1:
+        raise InputError(
+            "Give the corpus size once: --tokens (e.g. 10M), --words or --pages"
+            + (f" (got {', '.join(given)})." if given else ".")
+        )
+    if tokens is not None:
+        return parse_count(tokens, "token count")
+    if words is not None:
+        return tokens_from_words(parse_count(words, "word count"), tokens_per_word)
+    if words_per_page <= 0:
+        raise InputError("Words per page must be above zero (a dense manual page holds about 500).")
+    return tokens_from_words(parse_count(pages, "page count") * words_per_page, tokens_per_word)
+
+
+def pair_configs(chunk_sizes: Sequence[int], overlaps: Sequence[str | int]) -> list[tuple[int, int]]:
+    """Pair each chunk size with its overlap: one overlap each, one overlap for all, or none (0)."""
+    sizes = list(chunk_sizes) or [400]
+    if not overlaps:
+        overlaps = [0]
+    if len(overlaps) == 1:
+        overlaps = list(overlaps) * len(sizes)
+    if len(overlaps) != len(sizes):
+        raise InputError(
+            f"Got {len(sizes)} chunk sizes and {len(overlaps)} overlaps: give one --overlap per --chunk, "
+            "in the same order, or a single --overlap for all of them."
+        )
+    pairs = [(size, parse_overlap(overlap, size)) for size, overlap in zip(sizes, overlaps, strict=True)]
+    for size, overlap in pairs:
+        _check_chunk(size, overlap)
+    return pairs
+
+
+def _check_chunk(chunk: int, overlap: int) -> None:
+    if chunk <= 0:
+        raise InputError(f"The chunk size must be a positive number of tokens, not {chunk}.")
+    if overlap < 0 or overlap >= chunk:
+        raise InputError(
+            f"The overlap ({overlap}) must be at least 0 and smaller than the chunk size ({chunk}); "
+            "a 10% overlap of a 400-token chunk is 40."
+        )
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What a query costs around the retrieved chunks: model prices, traffic and the fixed prompt."""
+
+    k: int = 5
+    embed_price: float = 0.20  # USD per million tokens (the 004 table's assumption)
+    input_price: float = 2.0  # USD per million input tokens (the 004 table's assumption)
+    queries_per_day: int | None = None
+    system_prompt_tokens: int = 0
+    question_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.k <= 0:
+            raise InputError(f"k (chunks retrieved per query) must be at least 1, not {self.k}.")
+        if self.embed_price < 0 or self.input_price < 0:
+            raise InputError("Prices are USD per million tokens and cannot be negative.")
+        if self.system_prompt_tokens < 0 or self.question_tokens < 0:
+            raise InputError("System prompt and question tokens cannot be negative.")
+        if self.queries_per_day is not None and self.queries_per_day < 0:
+            raise InputError("Queries per day cannot be negative.")
+
+
+@dataclass(frozen=True)
+class EstimateRow:
+    """One configuration's numbers. Costs are USD; `chunker` is set when chunks were counted for real."""
+
+    chunk: int | None
+    overlap: int
+    dims: int
+    storage: str
+    chunks: int
+    embedded_tokens: int
+    embedding_cost: float
+    vector_bytes: int
+    context_tokens_per_query: int
+    input_tokens_per_query: int
+    input_cost_per_query: float
+    input_cost_per_day: float | None
+    chunker: str | None = None
+    mean_chunk_tokens: float | None = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The corpus size, the assumptions and one row per configuration."""
+
+    tokens: int | None
+    pricing: Pricing
+    rows: tuple[EstimateRow, ...]
+    documents: int | None = None
+    notes: tuple[str, ...] = field(default=(RAW_VECTORS_NOTE,))
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens": self.tokens,
+            "documents": self.documents,
+            **asdict(self.pricing),
+            "rows": [asdict(row) for row in self.rows],
+            "notes": list(self.notes),
+        }
+
+
+def _row(
+    *,
+    chunk: int | None,
+    overlap: int,
+    dims: int,
+    storage: str,
+    chunks: int,
+    embedded: int,
+    chunk_tokens: float,
+    pricing: Pricing,
+    chunker: str | None = None,
+) -> EstimateRow:
+    context = round(min(pricing.k, chunks) * chunk_tokens)
+    input_tokens = context + pricing.system_prompt_tokens + pricing.question_tokens
+    per_query = input_tokens * pricing.input_price / 1e6
+    return EstimateRow(
+        chunk=chunk,
+        overlap=overlap,
+        dims=dims,
+        storage=storage,
+        chunks=chunks,
+        embedded_tokens=embedded,
+        embedding_cost=embedded * pricing.embed_price / 1e6,
+        vector_bytes=vector_bytes(chunks, dims, storage),
+        context_tokens_per_query=context,
+        input_tokens_per_query=input_tokens,
+        input_cost_per_query=per_query,
+        input_cost_per_day=None if pricing.queries_per_day is None else per_query * pricing.queries_per_day,
+        chunker=chunker,
+        mean_chunk_tokens=None if chunker is None else chunk_tokens,
+    )
+
+
+def estimate(
+    tokens: int | None = None,
+    *,
+    chunks: int | None = None,
+    configs: Sequence[tuple[int, int]] = ((400, 0),),
+    dims: Sequence[int] = (1536,),
+    storage: Sequence[str] = ("float32",),
+    pricing: Pricing | None = None,
+) -> Estimate:
+    """Estimate each (chunk, overlap) configuration for a corpus of `tokens` tokens.
+
+    Give `chunks` instead of `tokens` when the chunk count is what you know (the seed's "10M chunks"):
+    the embedded tokens are then `chunks * chunk`, every chunk full.
+    """
+    if (tokens is None) == (chunks is None):
+        raise InputError(
+            "Give the corpus size either in tokens (e.g. 10M) or in chunks, not both and not neither."
+        )
+    if (tokens or 0) < 0 or (chunks or 0) < 0:
+        raise InputError("The corpus size cannot be negative.")
+    if not configs:
+        raise InputError("Give at least one chunk size (for example --chunk 400).")
+    pricing = pricing or Pricing()
+    rows = []
+    for chunk, overlap in configs:
+        _check_chunk(chunk, overlap)
+        if tokens is not None:
+            n_chunks = chunk_count(tokens, chunk, overlap)
+            embedded = embedded_tokens(tokens, n_chunks, overlap)
+        else:
+            n_chunks, embedded = chunks, chunks * chunk
+        for dim in dims:
+            for kind in storage:
+                rows.append(
+                    _row(
+                        chunk=chunk,
+                        overlap=overlap,
+                        dims=dim,
+                        storage=kind,
+                        chunks=n_chunks,
+                        embedded=embedded,
+                        chunk_tokens=chunk,
+                        pricing=pricing,
+                    )
+                )
+    return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows))
+
+
+def estimate_corpus(
+    paths: Iterable[str],
+    chunker_specs: Sequence[str],
+    *,
+    dims: Sequence[int] = (1536,),
+    storage: Sequence[str] = ("float32",),
+    pricing: Pricing | None = None,
+) -> Estimate:
+    """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted."""
+    try:
+        from toolkit.chunking import get_chunker
+        from toolkit.sources import read_documents
+        from toolkit.tokens import count_tokens
+    except ImportError as error:
+        raise InputError(
+            f"Estimating from --corpus needs the chunking engine, which is not available yet ({error}); "
+            "use --tokens (or --words / --pages) instead."
+        ) from None
+    if not chunker_specs:
+        raise InputError("Give at least one --chunker spec with --corpus, for example markdown:400:40.")
+    pricing = pricing or Pricing()
+    documents, skipped = [], []
+    for result in read_documents(list(paths)):
+        if hasattr(result, "text"):
+            documents.append(result)
+        else:
+            skipped.append(str(result))
+    if not documents:
+        raise InputError(
+            "No readable documents were found under the --corpus path(s); point it at text files."
+        )
+    tokens = sum(count_tokens(document.text) for document in documents)
+    rows = []
+    for spec in chunker_specs:
+        chunker = get_chunker(spec)
+        chunk_list = [c for document in documents for c in chunker.chunk(document.text, document.doc_id)]
+        chunk_list = [c for c in chunk_list if not getattr(c, "is_parent", False)]
+        embedded = sum(c.token_count for c in chunk_list)
+        mean = embedded / len(chunk_list) if chunk_list else 0.0
+        size, overlap = _spec_size(spec)
+        for dim in dims:
+            for kind in storage:
+                rows.append(
+                    _row(
+                        chunk=size,
+                        overlap=overlap,
+                        dims=dim,
+                        storage=kind,
+                        chunks=len(chunk_list),
+                        embedded=embedded,
+                        chunk_tokens=mean,
+                        pricing=pricing,
+                        chunker=spec,
+                    )
+                )
+    notes = [
+        RAW_VECTORS_NOTE,
+        "Context per query is k times the mean tokens of the chunks actually produced.",
+    ]
+    if skipped:
+        notes.append(f"Skipped {len(skipped)} file(s) that could not be read: " + "; ".join(skipped[:5]))
+    return Estimate(
+        tokens=tokens, pricing=pricing, rows=tuple(rows), documents=len(documents), notes=tuple(notes)
+    )
+
+
+def _spec_size(spec: str) -> tuple[int | None, int]:
+    """The size and overlap fields of `strategy:size:overlap`, when they are plain integers (for display)."""
+    parts = spec.split(":")
+    try:
+        return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+    except (IndexError, ValueError):
+        return None, 0
