@@ -1,0 +1,89 @@
+"""The model registry: embedding models by alias (``v1``, ``v2``), with what is needed to call them again.
+
+API keys are never stored: they come from the environment when a model is used.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from toolkit.database import translate_errors
+from toolkit.errors import InputError
+
+ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+DISTANCES = ("cosine", "l2", "inner_product")
+
+
+@dataclass(frozen=True)
+class Model:
+    alias: str
+    provider: str
+    model_name: str
+    dimensions: int
+    max_input_tokens: int
+    revision: str = ""
+    distance: str = "cosine"
+    query_prefix: str = ""
+    document_prefix: str = ""
+    supports_shortening: bool = False
+    price_per_million_tokens: float = 0.0
+    base_url: str | None = None
+    options: dict = field(default_factory=dict)
+
+
+def validate_alias(alias: str) -> str:
+    if not isinstance(alias, str) or not ALIAS_PATTERN.match(alias):
+        raise InputError(
+            f"The model alias {alias!r} is not allowed: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (for example v2 or minilm-2024)."
+        )
+    return alias
+
+
+def insert_model(conn: psycopg.Connection, model: Model, *, replace: bool = False) -> None:
+    """Registers a model under its alias (``replace`` updates an existing alias)."""
+    validate_alias(model.alias)
+    if model.distance not in DISTANCES:
+        raise InputError(f"The distance {model.distance!r} is unknown; use one of {', '.join(DISTANCES)}.")
+    values = asdict(model)
+    values["options"] = Jsonb(values["options"])
+    columns = list(values)
+    conflict = (
+        "DO UPDATE SET " + ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != "alias")
+        if replace
+        else "DO NOTHING"
+    )
+    query = (
+        f"INSERT INTO toolkit.models ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
+        f"ON CONFLICT (alias) {conflict} RETURNING alias"
+    )
+    with translate_errors(), conn.transaction():
+        row = conn.execute(query, tuple(values.values())).fetchone()
+    if row is None:
+        raise InputError(
+            f"A model is already registered as {model.alias!r}. Choose another alias: a version's vectors "
+            "belong to its model, so an alias is never silently re-pointed."
+        )
+
+
+def get_model(conn: psycopg.Connection, alias: str) -> Model:
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT alias, provider, model_name, dimensions, max_input_tokens, revision, distance, query_prefix,"
+            " document_prefix, supports_shortening, price_per_million_tokens::float8, base_url, options"
+            " FROM toolkit.models WHERE alias = %s",
+            (alias,),
+        ).fetchone()
+    if row is None:
+        raise InputError(f"No model is registered as {alias!r}. List them with toolkit model list.")
+    return Model(*row)
+
+
+def list_models(conn: psycopg.Connection) -> list[Model]:
+    with conn.transaction():
+        aliases = [r[0] for r in conn.execute("SELECT alias FROM toolkit.models ORDER BY created_at, alias")]
+    return [get_model(conn, alias) for alias in aliases]

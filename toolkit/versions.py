@@ -1,0 +1,134 @@
+"""Versions of the chunk store (one chunks_vN table each) and the cutover between them.
+
+Thin wrappers over the SQL functions in sql/idempotent/, which hold the rules: these add clear errors
+and, for the view swap, a short lock timeout with retries so a swap never queues readers for long.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from toolkit.database import translate_errors
+from toolkit.errors import StateError
+
+STATES = ("building", "ready", "verified", "active", "standby", "retired")
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    version: int
+    model_alias: str
+    chunker_version: str
+    storage: str
+    dimensions: int
+    state: str
+    total_rows: int | None
+    pending_rows: int | None
+    index_valid: bool | None
+    last_evaluation_passed: bool | None
+    last_evaluated_at: object
+    created_at: object
+    state_changed_at: object
+
+
+def _scalar(conn: psycopg.Connection, query: str, params: tuple = ()):
+    with translate_errors(), conn.transaction():
+        return conn.execute(query, params).fetchone()[0]
+
+
+def create_version(
+    conn: psycopg.Connection,
+    model_alias: str,
+    chunker_spec: str,
+    chunker_version: str,
+    *,
+    storage: str = "vector",
+    dimensions: int | None = None,
+    hnsw_m: int = 16,
+    hnsw_ef_construction: int = 64,
+) -> int:
+    """Creates a version and its chunks_vN table (state ``building``); returns its number."""
+    return _scalar(
+        conn,
+        "SELECT toolkit.create_version(%s, %s, %s, %s, %s, %s, %s)",
+        (model_alias, chunker_spec, chunker_version, storage, dimensions, hnsw_m, hnsw_ef_construction),
+    )
+
+
+def find_version(conn: psycopg.Connection, model_alias: str, chunker_version: str) -> int | None:
+    """The live (not retired) version for a model and chunker, if there is one."""
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT version FROM toolkit.versions WHERE model_alias = %s AND chunker_version = %s"
+            " AND state <> 'retired' ORDER BY version DESC LIMIT 1",
+            (model_alias, chunker_version),
+        ).fetchone()
+    return row[0] if row else None
+
+
+def create_version_index(conn: psycopg.Connection, version: int, maintenance_work_mem: str = "512MB") -> str:
+    """Builds the version's HNSW index (after the bulk load: building it then is fastest)."""
+    with translate_errors(), conn.transaction():
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
+        return conn.execute("SELECT toolkit.create_version_index(%s)", (version,)).fetchone()[0]
+
+
+def mark_version_ready(conn: psycopg.Connection, version: int) -> None:
+    _scalar(conn, "SELECT toolkit.mark_version_ready(%s)::text", (version,))
+
+
+def _swap(conn: psycopg.Connection, query: str, params: tuple, lock_timeout_ms: int, attempts: int):
+    # The view swap needs an exclusive lock on active_chunks; waiting for it would queue every new
+    # reader behind the swap, so wait briefly and retry instead.
+    for attempt in range(attempts):
+        try:
+            with translate_errors(), conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
+                return conn.execute(query, params).fetchone()[0]
+        except pg_errors.LockNotAvailable:
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise StateError(
+        f"The swap of active_chunks could not take its lock in {attempts} attempts of {lock_timeout_ms} ms; "
+        "a long-running query holds the view. Retry, or raise --lock-timeout."
+    )
+
+
+def activate_version(
+    conn: psycopg.Connection,
+    version: int,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    lock_timeout_ms: int = 200,
+    attempts: int = 20,
+) -> int:
+    """Swaps active_chunks to ``version``; the previous active version becomes standby."""
+    return _swap(
+        conn, "SELECT toolkit.activate_version(%s, %s, %s)", (version, force, reason), lock_timeout_ms, attempts
+    )
+
+
+def rollback_version(
+    conn: psycopg.Connection, *, reason: str | None = None, lock_timeout_ms: int = 200, attempts: int = 20
+) -> int:
+    """Swaps active_chunks back to the standby version the active one replaced."""
+    return _swap(conn, "SELECT toolkit.rollback_version(%s)", (reason,), lock_timeout_ms, attempts)
+
+
+def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None) -> int:
+    """Drops a non-active version's table; its registry row and audit trail stay."""
+    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5)
+
+
+def active_version(conn: psycopg.Connection) -> int | None:
+    return _scalar(conn, "SELECT toolkit.active_version()")
+
+
+def version_status(conn: psycopg.Connection) -> list[VersionStatus]:
+    with translate_errors(), conn.transaction():
+        rows = conn.execute("SELECT * FROM toolkit.version_status()").fetchall()
+    return [VersionStatus(*row) for row in rows]
