@@ -46,6 +46,7 @@ class SentenceTransformerEmbedder(Embedder):
         reject_unused(self.provider, unused)
         self.name = name or DEFAULT_LOCAL_MODEL
         location, self.revision = _locate(self.name)
+        self._model_location = location
         self._model = _load(location)
         self._lock = threading.Lock()
         model_limit = int(self._model.get_max_seq_length())
@@ -138,8 +139,8 @@ def _load(location: str):
     except Exception as error:  # the library raises OSError, ValueError, HF hub errors...
         raise EmbeddingError(
             f"Could not load the sentence-transformers model {location!r} ({type(error).__name__}: {error}); "
-            f"give a local model directory, or a Hugging Face name that is already downloaded "
-            f"(offline, HF_HUB_OFFLINE=1, nothing is fetched)."
+            f"give a local model directory, or a Hugging Face model name that is in the local cache "
+            f"or can be downloaded (with HF_HUB_OFFLINE=1 nothing is fetched)."
         ) from error
 
 

