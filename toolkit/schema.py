@@ -81,9 +81,26 @@ def installed_fingerprint(conn) -> str | None:
     return row[0].rsplit("fingerprint ", 1)[1].strip()
 
 
-def sqlalchemy_url(url: str) -> str:
-    """Turns a libpq URL into the SQLAlchemy URL alembic needs (psycopg 3 driver)."""
+def sqlalchemy_url(url: str):
+    """Turns a libpq URL or key=value string into the SQLAlchemy URL alembic needs (psycopg 3 driver)."""
     for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
-    raise DatabaseError(f"Not a PostgreSQL URL: {url!r}. Use postgresql://user:password@host:port/database.")
+    import psycopg
+    from sqlalchemy.engine import URL
+
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as error:
+        raise DatabaseError(
+            f"Not a PostgreSQL connection string: {url!r}. Use postgresql://user:password@host:port/database."
+        ) from error
+    query = {k: v for k, v in info.items() if k not in ("user", "password", "dbname", "port")}
+    return URL.create(
+        "postgresql+psycopg",
+        username=info.get("user"),
+        password=info.get("password"),
+        port=int(info["port"]) if info.get("port") else None,
+        database=info.get("dbname"),
+        query=query,
+    ).render_as_string(hide_password=False)

@@ -41,8 +41,9 @@ BEGIN
             toolkit._version_table(v.version));
     END IF;
 
-    SELECT format_type(a.atttypid, NULL) INTO existing
+    SELECT t.typname INTO existing
     FROM pg_catalog.pg_attribute AS a
+    INNER JOIN pg_catalog.pg_type AS t ON a.atttypid = t.oid
     WHERE a.attrelid = to_regclass('toolkit.active_chunks') AND a.attname = 'embedding';
     IF existing IS NOT NULL AND existing <> storage THEN
         DROP VIEW toolkit.active_chunks;

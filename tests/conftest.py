@@ -1,0 +1,134 @@
+"""Shared fixtures. Database tests run against a real PostgreSQL with pgvector:
+TOOLKIT_TEST_DATABASE_URL if set (a server where the tests may create databases), else a
+testcontainers pgvector image when a Docker engine answers, else the embedded server."""
+
+from __future__ import annotations
+
+import os
+import uuid
+import warnings
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _docker_available() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory):
+    """A URL to a maintenance database on a server where tests may create databases."""
+    url = os.environ.get("TOOLKIT_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    from toolkit import database
+
+    data_dir = tmp_path_factory.mktemp("pg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = database._embedded_server(data_dir)
+    yield server.get_uri()
+    database.stop_embedded(data_dir)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(pg_admin_url):
+    """A database migrated to head, used as the template of each test's database."""
+    from toolkit import migrate
+
+    name = f"toolkit_template_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    migrate.upgrade(_with_database(pg_admin_url, name))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _create_database(admin_url: str, template: str | None) -> str:
+    name = f"toolkit_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(query)
+    return name
+
+
+def _drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def database_url(pg_admin_url, migrated_template):
+    """A fresh database at schema head, dropped after the test."""
+    name = _create_database(pg_admin_url, migrated_template)
+    yield _with_database(pg_admin_url, name)
+    _drop_database(pg_admin_url, name)
+
+
+@pytest.fixture
+def empty_database_url(pg_admin_url):
+    """A fresh database with no toolkit schema, dropped after the test."""
+    name = _create_database(pg_admin_url, None)
+    yield _with_database(pg_admin_url, name)
+    _drop_database(pg_admin_url, name)
+
+
+@pytest.fixture
+def conn(database_url):
+    """An autocommit connection (as the migrating superuser) with pgvector's types registered."""
+    from toolkit.database import connect
+
+    connection = connect(database_url, autocommit=True)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def make_model(conn):
+    """Registers a model for tests (the hashing provider needs no weights)."""
+    from toolkit.models import Model, insert_model
+
+    def make(alias: str = "m1", dimensions: int = 8, **kwargs) -> str:
+        insert_model(
+            conn,
+            Model(
+                alias=alias,
+                provider=kwargs.pop("provider", "hashing"),
+                model_name=kwargs.pop("model_name", f"hashing-{dimensions}"),
+                dimensions=dimensions,
+                max_input_tokens=kwargs.pop("max_input_tokens", 8192),
+                **kwargs,
+            ),
+        )
+        return alias
+
+    return make

@@ -1,0 +1,39 @@
+"""Test helpers for filling version tables with rows (real inserts, real vectors)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def fill_version(conn, version: int, dimensions: int, rows_per_tenant: dict[str, int], *, seed: int = 0,
+                 labels: list[list[str]] | None = None) -> None:
+    """Inserts embedded rows; chunk ids are prefixed with the version (``v3-a-17``) so tests can tell
+    which table a row came from."""
+    rng = np.random.default_rng(seed)
+    with conn.cursor() as cur:
+        for tenant, count in rows_per_tenant.items():
+            vectors = rng.standard_normal((count, dimensions)).astype(np.float32)
+            rows = []
+            for i in range(count):
+                label = labels[i % len(labels)] if labels else []
+                rows.append((tenant, f"v{version}-{tenant}-{i}", f"doc-{i % 10}", i, 0, 10, f"text {i}",
+                             f"h{i}", 3, label, vectors[i]))
+            cur.executemany(
+                f"INSERT INTO toolkit.chunks_v{int(version)} (tenant, chunk_id, doc_id, position, start_offset,"
+                " end_offset, text, content_hash, token_count, access_labels, embedding)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                rows,
+            )
+    conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
+
+
+def ready_version(conn, model: str, dimensions: int, rows_per_tenant: dict[str, int], *, storage="vector",
+                  seed: int = 0, labels=None, chunker: str = "fixed:10:0") -> int:
+    """Creates a version, fills it, builds its index and marks it ready."""
+    from toolkit import versions
+
+    v = versions.create_version(conn, model, chunker, f"{chunker}@1#{seed}", storage=storage)
+    fill_version(conn, v, dimensions, rows_per_tenant, seed=seed, labels=labels)
+    versions.create_version_index(conn, v, maintenance_work_mem="64MB")
+    versions.mark_version_ready(conn, v)
+    return v

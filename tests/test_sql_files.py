@@ -1,0 +1,87 @@
+"""Checks on the SQL source tree that need no database: names, numbering, frozen files, routine anatomy."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from toolkit import schema
+
+NAME = re.compile(r"^(\d{3})-[a-z0-9]+(-[a-z0-9]+)*\.sql$")
+
+
+def test_file_names_are_numbered_lower_case():
+    for path in schema.incremental_files() + schema.idempotent_files():
+        assert NAME.match(path.name), f"{path} is not named NNN-lower-case-name.sql"
+
+
+def test_incremental_files_are_numbered_consecutively():
+    numbers = [int(p.name[:3]) for p in schema.incremental_files()]
+    assert numbers == list(range(1, len(numbers) + 1))
+
+
+def test_grants_are_the_last_idempotent_file():
+    assert schema.idempotent_files()[-1].name.endswith("-grants.sql")
+
+
+def test_released_incremental_files_are_frozen():
+    """An incremental file is never edited once released: frozen.txt pins every one by hash."""
+    frozen_file = schema.sql_dir() / "incremental" / "frozen.txt"
+    frozen = dict(reversed(line.split()) for line in frozen_file.read_text().splitlines() if line.strip())
+    for path in schema.incremental_files():
+        assert path.name in frozen, f"{path.name} is not in frozen.txt: add its sha256 when it is released"
+        assert schema.file_hash(path) == frozen[path.name], f"{path.name} was edited after release"
+
+
+def _revision_incrementals() -> list[str]:
+    names = []
+    for path in sorted((schema.migrations_dir() / "versions").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "INCREMENTAL" for t in node.targets):
+                names.extend(ast.literal_eval(node.value))
+    return names
+
+
+def test_revisions_apply_every_incremental_file_once_in_order():
+    assert _revision_incrementals() == [p.name for p in schema.incremental_files()]
+
+
+def test_incremental_files_never_call_idempotent_functions():
+    defined = set()
+    for path in schema.idempotent_files():
+        defined.update(re.findall(r"CREATE OR REPLACE FUNCTION (toolkit\.\w+)\(", path.read_text()))
+    assert defined
+    for path in schema.incremental_files():
+        text = path.read_text()
+        used = sorted(name for name in defined if re.search(re.escape(name) + r"\s*\(", text))
+        assert not used, f"{path.name} calls {used}: incremental files must not depend on idempotent ones"
+
+
+def _routines(text: str) -> list[tuple[str, str]]:
+    """(header comment line, routine text) for each CREATE FUNCTION/PROCEDURE."""
+    found = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"CREATE (OR REPLACE )?(FUNCTION|PROCEDURE)", line):
+            end = next(j for j in range(i, len(lines)) if lines[j].startswith("AS $$"))
+            body = "\n".join(lines[i : end + 1])
+            found.append((lines[i - 1] if i else "", body))
+    return found
+
+
+def test_every_routine_has_header_volatility_security_and_search_path():
+    for path in schema.idempotent_files():
+        for header, body in _routines(path.read_text()):
+            name = body.split("(")[0]
+            assert header.startswith("--"), f"{path.name}: {name} has no one-line header comment"
+            assert re.search(r"\bLANGUAGE (sql|plpgsql)\b", body), f"{name}: no explicit language"
+            assert re.search(r"\b(IMMUTABLE|STABLE|VOLATILE)\b", body), f"{name}: no explicit volatility"
+            assert re.search(r"SECURITY (INVOKER|DEFINER)", body), f"{name}: no explicit security"
+            assert "SET search_path = pg_catalog, pg_temp" in body, f"{name}: search_path not pinned"
+
+
+def test_sqlfluff_config_targets_postgres():
+    config = Path(schema.sql_dir().parent / ".sqlfluff").read_text()
+    assert "dialect = postgres" in config
