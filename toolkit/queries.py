@@ -14,6 +14,11 @@ from pathlib import Path
 from toolkit.errors import InputError
 from toolkit.metrics import Span
 
+# The bundled sample corpus (PostgreSQL manual chapters as Markdown) and its labelled queries.
+SAMPLE_DIR = Path(__file__).resolve().parent / "data" / "sample"
+SAMPLE_DOCS = SAMPLE_DIR / "docs"
+SAMPLE_QUERIES = SAMPLE_DIR / "queries.jsonl"
+
 EXAMPLE = '{"query": "How long is a link valid?", "answers": [{"doc_id": "faq.md", "text": "15 minutes"}]}'
 
 
@@ -136,6 +141,11 @@ def parse_queries(
     if not queries:
         raise InputError(f"{source} holds no queries; write one JSON object a line, like {EXAMPLE}")
     return queries
+
+
+def read_sample_documents() -> dict[str, str]:
+    """The sample corpus as doc id (file name, i.e. the path relative to SAMPLE_DOCS) → text."""
+    return {path.name: path.read_text(encoding="utf-8") for path in sorted(SAMPLE_DOCS.glob("*.md"))}
 
 
 def load_queries(path: str | Path, documents: Mapping[str, str]) -> list[LabelledQuery]:

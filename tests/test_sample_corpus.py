@@ -1,0 +1,59 @@
+"""The bundled sample corpus: real licensed text of the right size and ≥ 200 labelled queries that resolve."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from toolkit.metrics import Span
+from toolkit.queries import SAMPLE_DIR, SAMPLE_DOCS, SAMPLE_QUERIES, load_queries, read_sample_documents
+
+
+def test_corpus_is_a_few_hundred_kilobytes_of_markdown_with_structure():
+    documents = read_sample_documents()
+    assert len(documents) >= 5
+    size = sum(len(text.encode("utf-8")) for text in documents.values())
+    assert 300_000 <= size <= 500_000, size
+    joined = "\n".join(documents.values())
+    for structure in ("\n## ", "\n### ", "\n```", "\n| ", "\n- ", "\n> **Note**"):
+        assert structure in joined, f"no {structure.strip()!r} in the sample corpus"
+
+
+def test_the_postgresql_licence_travels_with_the_text():
+    licence = (SAMPLE_DIR / "LICENSE").read_text(encoding="utf-8")
+    assert "PostgreSQL Global Development Group" in licence
+    assert "Permission to use, copy, modify, and distribute" in licence
+
+
+def test_every_answer_text_occurs_exactly_once_in_its_document():
+    documents = read_sample_documents()
+    records = [json.loads(line) for line in SAMPLE_QUERIES.read_text(encoding="utf-8").splitlines() if line]
+    assert len(records) >= 200
+    for number, record in enumerate(records, start=1):
+        for answer in record["answers"]:
+            count = documents[answer["doc_id"]].count(answer["text"])
+            assert count == 1, f"queries.jsonl line {number}: answer occurs {count} times"
+
+
+def test_queries_load_and_resolve_to_spans_of_their_documents():
+    documents = read_sample_documents()
+    queries = load_queries(SAMPLE_QUERIES, documents)
+    assert len(queries) >= 200
+    assert len({q.query for q in queries}) >= 200  # distinct questions
+    for query in queries:
+        (span,) = query.answers
+        assert isinstance(span, Span)
+        assert 0 <= span.start < span.end <= len(documents[span.doc_id])
+    per_document = Counter(q.answers[0].doc_id for q in queries)
+    assert set(per_document) == set(documents), "every document has queries"
+
+
+def test_queries_file_is_what_make_queries_derives(monkeypatch):
+    # The committed file must be reproducible from the committed Markdown by the committed script.
+    monkeypatch.syspath_prepend(str(SAMPLE_DIR))
+    import make_queries
+
+    derived = make_queries.build_queries(SAMPLE_DOCS)
+    committed = [json.loads(line) for line in SAMPLE_QUERIES.read_text(encoding="utf-8").splitlines() if line]
+    assert derived == committed
+    assert {q["kind"] for q in committed} == {"heading", "definition", "table-row", "manual"}
