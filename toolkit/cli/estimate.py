@@ -7,6 +7,7 @@ import json
 import click
 
 from toolkit import estimate as lib
+from toolkit.errors import InputError
 
 
 @click.command()
@@ -91,7 +92,16 @@ def estimate(
     )
     shape = {"dims": dims or (1536,), "storage": storage or ("float32",), "pricing": pricing}
     if corpus:
+        if any(v is not None for v in (tokens, words, pages, chunk_total)) or chunk_sizes or overlaps:
+            raise InputError(
+                "--corpus measures the corpus itself: drop --tokens/--words/--pages/--chunks and give the "
+                "chunking as --chunker SPEC (e.g. markdown:400:40) instead of --chunk/--overlap."
+            )
         result = lib.estimate_corpus(corpus, chunkers, **shape)
+    elif chunkers:
+        raise InputError(
+            "--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap."
+        )
     elif chunk_total is not None:
         result = lib.estimate(
             chunks=lib.parse_count(chunk_total, "chunk count"),
