@@ -215,9 +215,10 @@ def derive(doc_id: str, markdown: str) -> list[dict]:
 
     queries, seen = [], set()
     for kind, question, answer in candidates:
-        if answer in seen or markdown.count(answer) != 1:
+        # One query per answer and per question; a repeated passage cannot be a label.
+        if answer in seen or question in seen or markdown.count(answer) != 1:
             continue
-        seen.add(answer)
+        seen.update((answer, question))
         queries.append({"query": question, "answers": [{"doc_id": doc_id, "text": answer}], "kind": kind})
     return queries
 
