@@ -203,6 +203,9 @@ def test_bad_input_is_a_clean_cli_error():
     result = runner.invoke(main, ["estimate", "--tokens", "10M", "--pages", "3"])
     assert result.exit_code == 1
     assert "Give the corpus size once" in result.output
+    result = runner.invoke(main, ["estimate", "--chunks", "1M", "--tokens", "3"])
+    assert result.exit_code == 1
+    assert "Give the corpus size once" in result.output
 
 
 def test_table_output_shows_the_seed_figures_and_the_index_note():

@@ -17,8 +17,10 @@ from toolkit.errors import InputError
     "--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word)."
 )
 @click.option("--chunks", "chunk_total", metavar="N", help="Corpus size as a chunk count (e.g. 10M chunks).")
-@click.option("--words-per-page", type=float, default=500, show_default=True)
-@click.option("--tokens-per-word", type=float, default=1.3, show_default=True)
+@click.option("--words-per-page", type=float, default=500, show_default=True, help="For --pages.")
+@click.option(
+    "--tokens-per-word", type=float, default=1.3, show_default=True, help="For --words and --pages."
+)
 @click.option(
     "--corpus",
     multiple=True,
@@ -50,8 +52,8 @@ from toolkit.errors import InputError
     "--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens."
 )
 @click.option("--queries-per-day", metavar="N", help="Queries a day, for the daily input cost (e.g. 10k).")
-@click.option("--system-prompt-tokens", type=int, default=0, show_default=True)
-@click.option("--question-tokens", type=int, default=0, show_default=True)
+@click.option("--system-prompt-tokens", type=int, default=0, show_default=True, help="Added to every query.")
+@click.option("--question-tokens", type=int, default=0, show_default=True, help="Added to every query.")
 @click.option(
     "--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
@@ -103,6 +105,10 @@ def estimate(
             "--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap."
         )
     elif chunk_total is not None:
+        if any(v is not None for v in (tokens, words, pages)):
+            raise InputError(
+                "Give the corpus size once: --chunks, or --tokens / --words / --pages, not both."
+            )
         result = lib.estimate(
             chunks=lib.parse_count(chunk_total, "chunk count"),
             configs=lib.pair_configs(chunk_sizes, overlaps),
