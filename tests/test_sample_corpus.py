@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
+
 from toolkit.metrics import Span
 from toolkit.queries import SAMPLE_DIR, SAMPLE_DOCS, SAMPLE_QUERIES, load_queries, read_sample_documents
 
@@ -57,3 +59,48 @@ def test_queries_file_is_what_make_queries_derives(monkeypatch):
     committed = [json.loads(line) for line in SAMPLE_QUERIES.read_text(encoding="utf-8").splitlines() if line]
     assert derived == committed
     assert {q["kind"] for q in committed} == {"heading", "definition", "table-row", "manual"}
+
+
+def _build_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(SAMPLE_DIR))
+    import build
+
+    return build
+
+
+def test_converter_keeps_headings_code_tables_lists_and_notes(monkeypatch):
+    build = _build_module(monkeypatch)
+    html = """<html><body><div id="docContent"><div class="navheader">Prev Next</div>
+    <div class="sect1"><div class="titlepage"><h2 class="title">11.2. Index   Types</h2></div>
+    <p>B-trees handle <code class="literal">=</code> and
+       <em class="firstterm">range</em> queries.<a class="indexterm" name="x"></a></p>
+    <pre class="programlisting">CREATE INDEX i
+    ON t (c);</pre>
+    <div class="table"><p class="title"><strong>Table 8.2. Numeric Types</strong></p>
+    <table><thead><tr><th>Name</th><th>Size</th></tr></thead>
+    <tbody><tr><td><code class="type">smallint</code></td><td>2 | bytes</td></tr></tbody></table></div>
+    <div class="itemizedlist"><ul><li><p>first</p></li><li><p>second</p></li></ul></div>
+    <div class="note"><h3 class="title">Note</h3><p>Be careful.</p></div>
+    <div class="sect2"><div class="titlepage"><h3 class="title">11.2.1. B-Tree</h3></div><p>Text.</p></div>
+    </div></div></body></html>"""
+    assert build.page_markdown(html) == [
+        "## 11.2. Index Types",
+        "B-trees handle `=` and *range* queries.",
+        "```\nCREATE INDEX i\n    ON t (c);\n```",
+        "**Table 8.2. Numeric Types**",
+        "| Name | Size |\n|---|---|\n| `smallint` | 2 \\| bytes |",
+        "- first\n- second",
+        "> **Note**\n>\n> Be careful.",
+        "### 11.2.1. B-Tree",
+        "Text.",
+    ]
+
+
+def test_committed_markdown_is_what_the_converter_produces(monkeypatch):
+    build = _build_module(monkeypatch)
+    if not (build.DEFAULT_HTML / "index.html").exists():
+        pytest.skip("postgresql-doc-15 is not installed (apt-get install postgresql-doc-15) to rebuild from")
+    for name, first in build.CHAPTERS.items():
+        assert build.chapter_markdown(build.DEFAULT_HTML, first) == (SAMPLE_DOCS / name).read_text(
+            encoding="utf-8"
+        )
