@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from typing import Any, Protocol
 
@@ -155,14 +155,43 @@ class SpanCounter:
         return self._cumulative[-1]
 
     def count(self, start: int, end: int) -> int:
+        """Exact token count of ``text[start:end]``."""
         if start >= end:
             return 0
+        text = self.text
+        if text[end - 1].isspace():
+            return self._tokenizer.count(text[start:end])
         offsets = self._offsets
         i = bisect_left(offsets, start)
-        j = bisect_left(offsets, end, i)
-        if offsets[i] == start and offsets[j] == end and not self.text[end - 1].isspace():
-            return self._cumulative[j] - self._cumulative[i]
-        return self._tokenizer.count(self.text[start:end])
+        head = 0
+        if offsets[i] != start:
+            # A span starting inside a "prefix + letters" piece (" Items" cut after the space): from
+            # the letter on, the substring re-synchronises with the document at the piece's end.
+            piece_end = offsets[i]
+            if not (
+                offsets[i - 1] == start - 1
+                and text[start - 1] not in "'\r\n"
+                and text[start].isalpha()
+                and piece_end < end
+                and not text[piece_end].isalpha()
+                and text[piece_end - 1].isalpha()
+            ):
+                return self._tokenizer.count(text[start:end])
+            head = self._tokenizer.count(text[start:piece_end])
+        j = bisect_right(offsets, end) - 1
+        whole = head + self._cumulative[j] - self._cumulative[i]
+        if offsets[j] == end:
+            return whole
+        # Pieces i..j-1 are unchanged in the substring (their look-ahead character is inside it);
+        # only the cut piece at the end is counted again.
+        return whole + self._tokenizer.count(text[offsets[j] : end])
+
+    def estimate(self, start: int, end: int) -> int:
+        """Tokens of the pieces that overlap ``text[start:end]``: an upper-bound-ish estimate for planning."""
+        offsets = self._offsets
+        i = bisect_right(offsets, start) - 1
+        j = bisect_left(offsets, end)
+        return self._cumulative[j] - self._cumulative[i]
 
 
 class _WrappedTokenizer:
@@ -188,6 +217,8 @@ class _PlainSpanCounter:
 
     def count(self, start: int, end: int) -> int:
         return self._tokenizer.count(self.text[start:end]) if start < end else 0
+
+    estimate = count
 
 
 def wrap_tokenizer(tokenizer: Any | None):

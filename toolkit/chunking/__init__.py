@@ -1,0 +1,55 @@
+"""Chunking strategies behind one interface: ``get_chunker(spec).chunk(text, doc_id)`` → ``Chunk`` records.
+
+Every chunk's body is an exact span of the source (``source[start:end] == chunk.text``); see
+docs/chunking.md for the strategies, the spec syntax and the rules each strategy keeps.
+"""
+
+from __future__ import annotations
+
+from toolkit.chunking.base import Chunk, Chunker, compose_embed_text
+from toolkit.chunking.spec import STRATEGIES, Spec, parse_spec
+
+__all__ = ["STRATEGIES", "Chunk", "Chunker", "Spec", "compose_embed_text", "get_chunker", "parse_spec"]
+
+
+def _strategy_class(name: str):
+    # Imported on demand: html pulls in selectolax, markdown pulls in markdown-it-py.
+    if name == "fixed":
+        from toolkit.chunking.fixed import FixedChunker as cls
+    elif name == "sentence":
+        from toolkit.chunking.sentence import SentenceChunker as cls
+    elif name == "recursive":
+        from toolkit.chunking.recursive import RecursiveChunker as cls
+    elif name == "markdown":
+        from toolkit.chunking.markdown import MarkdownChunker as cls
+    elif name == "html":
+        from toolkit.chunking.html import HtmlChunker as cls
+    elif name == "code":
+        from toolkit.chunking.code import CodeChunker as cls
+    else:
+        from toolkit.chunking.semantic import SemanticChunker as cls
+    return cls
+
+
+def get_chunker(spec: str, *, embedder=None, tokenizer=None):
+    """A chunker for ``spec`` (``strategy:size:overlap[:key=value...]``, e.g. ``markdown:400:40``).
+
+    ``embedder`` is needed by ``semantic`` (and sets the input-token limit when it has
+    ``max_input_tokens``); ``tokenizer`` replaces cl100k_base for counting.
+    """
+    parsed = parse_spec(spec)
+    options = dict(parsed.options)
+    parent_spec = options.pop("parent", None)
+    window = options.pop("window", None)
+    base = Spec(parsed.strategy, parsed.size, parsed.overlap, options)
+    child = _strategy_class(base.strategy)(base, tokenizer=tokenizer, embedder=embedder)
+    if parent_spec is None and window is None:
+        return child
+    from toolkit.chunking.small_to_big import SmallToBigChunker
+
+    parent = None
+    if parent_spec is not None:
+        parent = get_chunker(parent_spec, embedder=embedder, tokenizer=tokenizer)
+        # Parents are returned to the LLM, never embedded: the model's input limit is not theirs.
+        parent.max_tokens = None
+    return SmallToBigChunker(parsed, child, parent, window)

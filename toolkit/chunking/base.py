@@ -1,0 +1,264 @@
+"""The chunk record and the chunker interface every strategy implements.
+
+A strategy only proposes spans (start, end, heading path, context); this module trims them, enforces
+the token budget and the embedding model's input limit, and turns them into ``Chunk`` records with
+exact offsets, stable ids and hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from toolkit.chunking.spec import Spec
+from toolkit.errors import InputError
+from toolkit.tokens import wrap_tokenizer
+
+HEADING_SEPARATOR = " > "
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk. ``text == source[start:end]``; ``embed_text`` is what gets embedded."""
+
+    text: str
+    start: int
+    end: int
+    doc_id: str | None
+    heading_path: tuple[str, ...]
+    token_count: int
+    position: int
+    total: int
+    chunk_id: str
+    content_hash: str
+    chunker_version: str
+    parent_id: str | None = None
+    is_parent: bool = False
+    # Text placed between the heading path and the body in embed_text, e.g. a table's header row
+    # repeated above a later row group, or a code file's path and enclosing class.
+    context: str = ""
+    # True when the chunk is one indivisible unit (a code block, a table row, a sentence) that is
+    # larger than the budget on its own; the budget is the only rule such a chunk may break.
+    atomic: bool = False
+
+    @property
+    def embed_text(self) -> str:
+        return compose_embed_text(self.heading_path, self.context, self.text)
+
+
+def compose_embed_text(heading_path: tuple[str, ...], context: str, body: str) -> str:
+    """The heading path on its own line, then the context line(s), then the body."""
+    prefix = HEADING_SEPARATOR.join(heading_path) + "\n" if heading_path else ""
+    if context:
+        prefix += context + "\n"
+    return prefix + body
+
+
+@dataclass
+class Span:
+    """A proposed chunk before it becomes a ``Chunk``."""
+
+    start: int
+    end: int
+    heading_path: tuple[str, ...] = ()
+    context: str = ""
+    atomic: bool = False
+
+
+class Document:
+    """One text being chunked, with its span counter: measures spans in the chunker's unit."""
+
+    def __init__(self, text: str, tokenizer, unit: str, doc_id: str | None = None):
+        self.text = text
+        self.doc_id = doc_id
+        self.unit = unit
+        self._tokenizer = tokenizer
+        self._counter = None
+        self._prefix_cache: dict[tuple, int] = {}
+        self._exact: dict[tuple[int, int], int] = {}
+
+    @property
+    def counter(self):
+        if self._counter is None:
+            self._counter = self._tokenizer.span_counter(self.text)
+        return self._counter
+
+    def tokens(self, start: int, end: int) -> int:
+        """Exact tokens of the body ``text[start:end]`` (cached: budget checks and records both ask)."""
+        key = (start, end)
+        n = self._exact.get(key)
+        if n is None:
+            n = self._exact[key] = self.counter.count(start, end)
+        return n
+
+    def estimate(self, start: int, end: int, heading_path: tuple[str, ...] = (), context: str = "") -> int:
+        """A fast size for planning (exact in characters, near-exact in tokens); budgets are re-checked."""
+        if self.unit == "chars":
+            return end - start
+        return self.counter.estimate(start, end) + self.prefix_tokens(heading_path, context)
+
+    def prefix_tokens(self, heading_path: tuple[str, ...], context: str) -> int:
+        key = (heading_path, context)
+        n = self._prefix_cache.get(key)
+        if n is None:
+            n = self._prefix_cache[key] = (
+                self._tokenizer.count(compose_embed_text(heading_path, context, "")) if any(key) else 0
+            )
+        return n
+
+    def fits(self, start: int, end: int, budget: int, heading_path=(), context: str = "") -> bool:
+        """Exactly whether the span is within ``budget``; the exact count is skipped when the estimate
+        is far from the budget either way."""
+        if self.unit == "chars":
+            return end - start <= budget
+        text = self.text
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        estimate = self.estimate(start, end, heading_path, context)
+        if estimate < budget - 16 or estimate > 2 * budget + 16:
+            return estimate < budget - 16
+        return self.measure(start, end, heading_path, context) <= budget
+
+    def measure(self, start: int, end: int, heading_path: tuple[str, ...] = (), context: str = "") -> int:
+        """The size of a span against the budget: characters of the body, or tokens of its embed text."""
+        if self.unit == "chars":
+            return end - start
+        return self.tokens(start, end) + self.prefix_tokens(heading_path, context)
+
+    def embed_tokens(self, span: Span) -> int:
+        # Exact: the prefix ends in a newline and a trimmed body starts with non-whitespace, so
+        # no tokenizer piece crosses the seam (tests compare against tiktoken on whole embed texts).
+        if span.heading_path or span.context:
+            body = self.text[span.start : span.end]
+            if body[:1].isspace():
+                return self._tokenizer.count(compose_embed_text(span.heading_path, span.context, body))
+        return self.tokens(span.start, span.end) + self.prefix_tokens(span.heading_path, span.context)
+
+
+class Chunker:
+    """Base class: ``chunk(text, doc_id)`` → chunks. Subclasses implement ``spans(document)``."""
+
+    algorithm_version = 1
+    trims_whitespace = True
+
+    def __init__(self, spec: Spec, *, tokenizer=None, embedder=None):
+        self.spec = spec
+        self.size = spec.size
+        self.overlap = spec.overlap
+        self.unit = spec.unit
+        self.tokenizer = wrap_tokenizer(tokenizer)
+        self.embedder = embedder
+        self.max_tokens = spec.options.get("max_tokens") or getattr(embedder, "max_input_tokens", None)
+        self.on_overflow = spec.options.get("on_overflow", "split")
+
+    @property
+    def version(self) -> str:
+        """Spec and algorithm version, e.g. ``markdown:400:40@1``; stored with every chunk."""
+        return f"{self.spec.canonical}@{self.algorithm_version}"
+
+    def spans(self, document: Document) -> list[Span]:
+        raise NotImplementedError
+
+    def chunk(self, text: str, doc_id: str | None = None) -> list[Chunk]:
+        if not isinstance(text, str):
+            raise InputError(
+                f"Chunkers take text (str), not {type(text).__name__}; decode the file first "
+                "(toolkit.sources.read_documents does that)."
+            )
+        document = Document(text, self.tokenizer, self.unit, doc_id)
+        spans = self.spans(document)
+        if self.trims_whitespace:
+            spans = [span for span in (trim(text, span) for span in spans) if span is not None]
+        spans = self.enforce_budget(document, spans)
+        return build_chunks(document, spans, doc_id, self.version, self.max_tokens, self.on_overflow)
+
+    def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
+        """Split any non-atomic span over the budget (a safety net under every strategy)."""
+        from toolkit.chunking.recursive import split_range
+
+        result = []
+        for span in spans:
+            if (
+                span.atomic
+                or document.measure(span.start, span.end, span.heading_path, span.context) <= self.size
+            ):
+                result.append(span)
+                continue
+            result.extend(split_range(document, span, self.size))
+        return result
+
+
+def trim(text: str, span: Span) -> Span | None:
+    """The span without leading and trailing whitespace, or None if nothing is left."""
+    start, end = span.start, span.end
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    if start >= end:
+        return None
+    if start == span.start and end == span.end:
+        return span
+    return Span(start, end, span.heading_path, span.context, span.atomic)
+
+
+def chunk_id(doc_id: str | None, start: int, end: int, text: str) -> str:
+    """Stable id: the same document, span and text always give the same id."""
+    key = f"{doc_id or ''}\x1f{start}\x1f{end}\x1f{text}".encode()
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def build_chunks(
+    document: Document,
+    spans: list[Span],
+    doc_id: str | None,
+    version: str,
+    max_tokens: int | None,
+    on_overflow: str,
+    *,
+    check_limit: bool = True,
+) -> list[Chunk]:
+    """Turn spans into chunks, applying the embedding model's input limit (split or refuse)."""
+    text = document.text
+    counted = []
+    for span in spans:
+        n = document.embed_tokens(span)
+        if check_limit and max_tokens and n > max_tokens:
+            if on_overflow == "error":
+                raise InputError(
+                    f"A chunk of {doc_id or 'the document'} at characters {span.start}-{span.end} has {n} "
+                    f"tokens, over the embedding model's input limit of {max_tokens}; use a smaller chunk "
+                    "size, or on_overflow=split to split such chunks further."
+                )
+            from toolkit.chunking.recursive import split_range
+
+            pieces = split_range(document, span, max_tokens, in_tokens=True, ignore_protection=True)
+            counted.extend((piece, document.embed_tokens(piece)) for piece in pieces)
+        else:
+            counted.append((span, n))
+    total = len(counted)
+    sha256 = hashlib.sha256
+    chunks = []
+    for position, (span, n) in enumerate(counted):
+        body = text[span.start : span.end]
+        embed = compose_embed_text(span.heading_path, span.context, body)
+        chunks.append(
+            Chunk(
+                text=body,
+                start=span.start,
+                end=span.end,
+                doc_id=doc_id,
+                heading_path=span.heading_path,
+                token_count=n,
+                position=position,
+                total=total,
+                chunk_id=chunk_id(doc_id, span.start, span.end, body),
+                content_hash=sha256(embed.encode()).hexdigest(),
+                chunker_version=version,
+                context=span.context,
+                atomic=span.atomic,
+            )
+        )
+    return chunks

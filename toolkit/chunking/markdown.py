@@ -1,0 +1,108 @@
+"""Structure-aware Markdown chunking: markdown-it-py finds headings, code, tables and lists with line maps."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.structure import Block, Section, pack_sections
+
+# markdown-it normalizes \r\n and lone \r to \n, so its line numbers count those as line breaks too.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_BLOCK_KINDS = {
+    "paragraph_open": "paragraph",
+    "fence": "code",
+    "code_block": "code",
+    "table_open": "table",
+    "bullet_list_open": "list",
+    "ordered_list_open": "list",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    from markdown_it import MarkdownIt
+
+    parser = MarkdownIt("commonmark").enable("table")
+    parser.core.ruler.disable("inline")  # block structure is all we need; inline parsing triples the cost
+    return parser
+
+
+def line_starts(text: str) -> list[int]:
+    return [0, *(m.end() for m in _LINE_BREAK.finditer(text))]
+
+
+def parse_sections(text: str) -> tuple[list[Section], list[tuple[int, int]]]:
+    """Sections with their blocks, and the protected ranges (code blocks and tables at any depth)."""
+    starts = line_starts(text)
+    n_lines = len(starts)
+
+    def offset(line: int) -> int:
+        return starts[line] if line < n_lines else len(text)
+
+    tokens = _parser().parse(text)
+    sections = [Section((), 0, 0, [])]
+    stack: list[tuple[int, str]] = []
+    protected: list[tuple[int, int]] = []
+    i = 0
+    count = len(tokens)
+    while i < count:
+        token = tokens[i]
+        kind = token.type
+        if kind in ("fence", "code_block", "table_open") and token.map:
+            protected.append((offset(token.map[0]), offset(token.map[1])))
+        if token.level != 0 or token.nesting == -1 or not token.map:
+            i += 1
+            continue
+        first, last = token.map
+        start, end = offset(first), offset(last)
+        if kind == "heading_open":
+            level = int(token.tag[1])
+            title = tokens[i + 1].content.strip() if i + 1 < count else ""
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            sections.append(Section(tuple(t for _, t in stack), start, end, []))
+            i += 3
+            continue
+        block = Block(start, end, _BLOCK_KINDS.get(kind, "other"))
+        if block.kind == "table":
+            block.parts, block.header_rows = _table_rows(tokens, i, offset, text)
+        elif block.kind == "list":
+            block.parts = _list_items(tokens, i, offset)
+        sections[-1].blocks.append(block)
+        i += 1
+    return [s for s in sections if s.blocks or s.path], protected
+
+
+def _table_rows(tokens, i, offset, text):
+    """Each table line as a row; the header row and the delimiter row below it are the header."""
+    first, last = tokens[i].map
+    rows = []
+    for line in range(first, last):
+        a, b = offset(line), offset(line + 1)
+        while b > a and text[b - 1] in "\r\n":
+            b -= 1
+        if b > a:
+            rows.append((a, b))
+    return rows, min(2, len(rows))
+
+
+def _list_items(tokens, i, offset):
+    items = []
+    for token in tokens[i + 1 :]:
+        if token.type in ("bullet_list_close", "ordered_list_close") and token.level == 0:
+            break
+        if token.type == "list_item_open" and token.level == 1 and token.map:
+            items.append((offset(token.map[0]), offset(token.map[1])))
+    return items
+
+
+class MarkdownChunker(Chunker):
+    """``markdown:size:overlap[:merge=50]``: headings first, then blocks; see toolkit.chunking.structure."""
+
+    def spans(self, document: Document) -> list[Span]:
+        sections, protected = parse_sections(document.text)
+        merge = self.spec.options.get("merge", 50)
+        return pack_sections(document, sections, self.size, self.overlap, merge, protected)
