@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def fill_version(conn, version: int, dimensions: int, rows_per_tenant: dict[str, int], *, seed: int = 0,
-                 labels: list[list[str]] | None = None) -> None:
+def fill_version(
+    conn,
+    version: int,
+    dimensions: int,
+    rows_per_tenant: dict[str, int],
+    *,
+    seed: int = 0,
+    labels: list[list[str]] | None = None,
+) -> None:
     """Inserts embedded rows; chunk ids are prefixed with the version (``v3-a-17``) so tests can tell
     which table a row came from."""
     rng = np.random.default_rng(seed)
@@ -16,8 +23,21 @@ def fill_version(conn, version: int, dimensions: int, rows_per_tenant: dict[str,
             rows = []
             for i in range(count):
                 label = labels[i % len(labels)] if labels else []
-                rows.append((tenant, f"v{version}-{tenant}-{i}", f"doc-{i % 10}", i, 0, 10, f"text {i}",
-                             f"h{i}", 3, label, vectors[i]))
+                rows.append(
+                    (
+                        tenant,
+                        f"v{version}-{tenant}-{i}",
+                        f"doc-{i % 10}",
+                        i,
+                        0,
+                        10,
+                        f"text {i}",
+                        f"h{i}",
+                        3,
+                        label,
+                        vectors[i],
+                    )
+                )
             cur.executemany(
                 f"INSERT INTO toolkit.chunks_v{int(version)} (tenant, chunk_id, doc_id, position, start_offset,"
                 " end_offset, text, content_hash, token_count, access_labels, embedding)"
@@ -27,8 +47,17 @@ def fill_version(conn, version: int, dimensions: int, rows_per_tenant: dict[str,
     conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
 
 
-def ready_version(conn, model: str, dimensions: int, rows_per_tenant: dict[str, int], *, storage="vector",
-                  seed: int = 0, labels=None, chunker: str = "fixed:10:0") -> int:
+def ready_version(
+    conn,
+    model: str,
+    dimensions: int,
+    rows_per_tenant: dict[str, int],
+    *,
+    storage="vector",
+    seed: int = 0,
+    labels=None,
+    chunker: str = "fixed:10:0",
+) -> int:
     """Creates a version, fills it, builds its index and marks it ready."""
     from toolkit import versions
 

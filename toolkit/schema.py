@@ -68,9 +68,7 @@ def apply_idempotent(dbapi_connection) -> None:
     """Re-applies every idempotent file (functions, views, policies, grants), then records the fingerprint."""
     for path in idempotent_files():
         execute_sql_file(dbapi_connection, path)
-    dbapi_connection.execute(
-        f"COMMENT ON SCHEMA toolkit IS 'toolkit schema; SQL fingerprint {sql_fingerprint()}'"
-    )
+    dbapi_connection.execute(f"COMMENT ON SCHEMA toolkit IS 'toolkit schema; SQL fingerprint {sql_fingerprint()}'")
 
 
 def installed_fingerprint(conn) -> str | None:

@@ -108,7 +108,11 @@ def activate_version(
 ) -> int:
     """Swaps active_chunks to ``version``; the previous active version becomes standby."""
     return _swap(
-        conn, "SELECT toolkit.activate_version(%s, %s, %s)", (version, force, reason), lock_timeout_ms, attempts
+        conn,
+        "SELECT toolkit.activate_version(%s, %s, %s)",
+        (version, force, reason),
+        lock_timeout_ms,
+        attempts,
     )
 
 

@@ -106,9 +106,8 @@ def migrate(revision: str, downgrade: bool) -> None:
 @FORMAT_OPTION
 def status_command(output_format: str) -> None:
     """Each version: model, chunker, state, rows, pending rows, index validity, last evaluation."""
-    from toolkit.versions import version_status
-
     from toolkit.cli._context import open_database
+    from toolkit.versions import version_status
 
     _, conn = open_database()
     with conn:
@@ -116,8 +115,18 @@ def status_command(output_format: str) -> None:
     emit(
         rows,
         output_format,
-        ["version", "model_alias", "chunker_version", "storage", "dimensions", "state", "total_rows",
-         "pending_rows", "index_valid", "last_evaluation_passed"],
+        [
+            "version",
+            "model_alias",
+            "chunker_version",
+            "storage",
+            "dimensions",
+            "state",
+            "total_rows",
+            "pending_rows",
+            "index_valid",
+            "last_evaluation_passed",
+        ],
     )
 
 

@@ -1,0 +1,401 @@
+"""Ingest: documents become chunks in every live version, embedded with each version's model.
+
+An unchanged document does nothing; a changed one is re-chunked, and only chunks whose embedded text is new
+are sent to the model (the others reuse their stored vector). Rows are written with binary COPY, one
+transaction per batch of documents, so a failure leaves the previous state of that batch intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from toolkit.database import translate_errors
+from toolkit.errors import InputError, StateError
+from toolkit.models import Model, embedder_for_model, get_model
+from toolkit.progress import Progress
+
+LIVE_STATES = ("building", "ready", "verified", "active", "standby")
+CHUNK_COLUMNS = (
+    "tenant",
+    "chunk_id",
+    "doc_id",
+    "parent_id",
+    "is_parent",
+    "position",
+    "start_offset",
+    "end_offset",
+    "heading_path",
+    "context",
+    "text",
+    "content_hash",
+    "token_count",
+    "access_labels",
+    "embedding",
+)
+_COPY_TYPES = [
+    "text",
+    "text",
+    "text",
+    "text",
+    "bool",
+    "int4",
+    "int4",
+    "int4",
+    "text[]",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "text[]",
+]
+
+
+@dataclass
+class LiveVersion:
+    """A version that receives writes (building through standby), with its chunker and embedder."""
+
+    version: int
+    model: Model
+    chunker_spec: str
+    chunker_version: str
+    storage: str
+    dimensions: int
+    _chunker: object = None
+    _embedder: object = None
+
+    @property
+    def table(self) -> sql.Identifier:
+        return sql.Identifier("toolkit", f"chunks_v{self.version}")
+
+    @property
+    def chunker(self):
+        if self._chunker is None:
+            from toolkit.chunking import get_chunker
+
+            chunker = get_chunker(self.chunker_spec)
+            if chunker.version != self.chunker_version:
+                raise StateError(
+                    f"Version {self.version} was chunked with {self.chunker_version}, but this toolkit's "
+                    f"{self.chunker_spec} chunker is {chunker.version}; mixing them would make the version "
+                    "inconsistent. Backfill a new version with this toolkit, then cut over and retire the old one."
+                )
+            self._chunker = chunker
+        return self._chunker
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = embedder_for_model(self.model, self.dimensions)
+        return self._embedder
+
+
+def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions"
+            " FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version",
+            (list(LIVE_STATES),),
+        ).fetchall()
+    return [
+        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims) for v, alias, spec, cv, storage, dims in rows
+    ]
+
+
+@dataclass
+class FileFailure:
+    source: str
+    reason: str
+
+
+@dataclass
+class IngestReport:
+    tenant: str
+    documents: int = 0
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: list[FileFailure] = field(default_factory=list)
+    chunks_written: dict[int, int] = field(default_factory=dict)
+    embedded: int = 0
+    reused: int = 0
+    versions: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "tenant": self.tenant,
+            "documents": self.documents,
+            "new": self.new,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
+            "failed": [{"source": f.source, "reason": f.reason} for f in self.failed],
+            "chunks_written": {str(k): v for k, v in self.chunks_written.items()},
+            "embedded": self.embedded,
+            "reused_embeddings": self.reused,
+            "versions": self.versions,
+        }
+
+
+def validate_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 200 or not tenant.isprintable():
+        raise InputError(
+            f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
+        )
+    return tenant
+
+
+def validate_labels(labels: Iterable[str]) -> list[str]:
+    labels = sorted(set(labels))
+    for label in labels:
+        if not label or not label.isprintable() or len(label) > 200:
+            raise InputError(f"The access label {label!r} is not usable: use non-empty printable names.")
+    return labels
+
+
+def document_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _stored_vector(value) -> np.ndarray:
+    return (
+        value
+        if isinstance(value, np.ndarray)
+        else np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+    )
+
+
+def chunk_rows(
+    target: LiveVersion,
+    tenant: str,
+    doc_id: str,
+    text: str,
+    labels: list[str],
+    known: dict[str, np.ndarray],
+    report: IngestReport,
+) -> list[tuple]:
+    """Chunks one document for one version and embeds what is not already known (by content hash)."""
+    chunks = target.chunker.chunk(text, doc_id=doc_id)
+    missing: dict[str, str] = {}
+    for chunk in chunks:
+        if not chunk.is_parent and chunk.content_hash not in known:
+            missing.setdefault(chunk.content_hash, chunk.embed_text)
+    if missing:
+        vectors = target.embedder.embed_documents(list(missing.values()))
+        known.update(zip(missing, vectors, strict=True))
+        report.embedded += len(missing)
+    report.reused += sum(1 for c in chunks if not c.is_parent) - len(missing)
+    rows = []
+    for chunk in chunks:
+        vector = None if chunk.is_parent else known[chunk.content_hash]
+        rows.append(
+            (
+                tenant,
+                chunk.chunk_id,
+                doc_id,
+                chunk.parent_id,
+                chunk.is_parent,
+                chunk.position,
+                chunk.start,
+                chunk.end,
+                list(chunk.heading_path),
+                chunk.context,
+                chunk.text,
+                chunk.content_hash,
+                chunk.token_count,
+                labels,
+                vector,
+            )
+        )
+    return rows
+
+
+def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequence[tuple]) -> None:
+    """Writes rows with binary COPY (the fastest path into PostgreSQL)."""
+    if not rows:
+        return
+    from pgvector import HalfVector
+
+    query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+        target.table, sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+    )
+    half = target.storage == "halfvec"
+    with conn.cursor().copy(query) as copy:
+        copy.set_types([*_COPY_TYPES, target.storage])
+        for row in rows:
+            vector = row[-1]
+            if vector is not None and half:
+                vector = HalfVector(vector)
+            copy.write_row((*row[:-1], vector))
+
+
+def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str]) -> dict:
+    """Stored vectors of these documents' chunks, by content hash: edited documents reuse them."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM {}"
+            " WHERE tenant = %s AND doc_id = ANY(%s) AND embedding IS NOT NULL"
+        ).format(target.table),
+        (tenant, doc_ids),
+    ).fetchall()
+    return {h: _stored_vector(v) for h, v in rows}
+
+
+def _lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]) -> None:
+    # Ingest and backfill both write a document's rows; a lock per (tenant, document), taken in a fixed
+    # order, keeps them from interleaving without blocking work on other documents.
+    for doc_id in sorted(set(doc_ids)):
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"toolkit.doc\x1f{tenant}\x1f{doc_id}",))
+
+
+def delete_documents(conn: psycopg.Connection, targets: list[LiveVersion], tenant: str, doc_ids: list[str]) -> int:
+    """Deletes documents and their chunks from every live version (in the caller's transaction)."""
+    if not doc_ids:
+        return 0
+    _lock_documents(conn, tenant, doc_ids)
+    for target in targets:
+        conn.execute(
+            sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table),
+            (tenant, doc_ids),
+        )
+        conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))
+    return conn.execute(
+        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
+    ).rowcount
+
+
+def ingest(
+    conn: psycopg.Connection,
+    paths: Sequence[str | Path],
+    tenant: str,
+    *,
+    acl: Iterable[str] = (),
+    prune: bool = False,
+    batch_documents: int = 32,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Ingests files and directories for a tenant into every live version; see the module docstring."""
+    from toolkit.sources import SourceError, read_documents
+
+    validate_tenant(tenant)
+    labels = validate_labels(acl)
+    roots = []
+    for path in paths:
+        root = Path(path)
+        if not root.exists():
+            raise InputError(f"{path} does not exist; nothing was ingested. Check the path.")
+        roots.append(str(root.resolve()))
+    report = IngestReport(tenant=tenant)
+    targets = live_versions(conn)
+    report.versions = [t.version for t in targets]
+    for target in targets:
+        target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
+
+    documents, seen_by_root = [], {root: set() for root in roots}
+    for path, root in zip(paths, roots, strict=True):
+        for item in read_documents([path]):
+            if isinstance(item, SourceError):
+                report.failed.append(FileFailure(str(item.source), item.reason))
+                if getattr(item, "doc_id", None):
+                    seen_by_root[root].add(item.doc_id)
+                continue
+            documents.append((root, item))
+            seen_by_root[root].add(item.doc_id)
+    report.documents = len(documents)
+    progress = progress or Progress("ingest", unit="documents", quiet=True)
+    progress.total = len(documents)
+
+    for start in range(0, len(documents), batch_documents):
+        batch = documents[start : start + batch_documents]
+        _ingest_batch(conn, targets, tenant, labels, batch, report)
+        progress.advance(len(batch), chunks=sum(report.chunks_written.values()))
+
+    if prune:
+        with translate_errors(), conn.transaction():
+            stale = []
+            for root, seen in seen_by_root.items():
+                rows = conn.execute(
+                    "SELECT doc_id FROM toolkit.documents WHERE tenant = %s AND metadata->>'root' = %s",
+                    (tenant, root),
+                ).fetchall()
+                stale += [r[0] for r in rows if r[0] not in seen]
+            report.deleted = delete_documents(conn, targets, tenant, sorted(stale))
+    progress.finish()
+    return report
+
+
+def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) -> None:
+    doc_ids = [doc.doc_id for _, doc in batch]
+    with conn.transaction():
+        stored = {
+            r[0]: (r[1], list(r[2]), r[3])
+            for r in conn.execute(
+                "SELECT doc_id, content_hash, access_labels, metadata->>'root' FROM toolkit.documents"
+                " WHERE tenant = %s AND doc_id = ANY(%s)",
+                (tenant, doc_ids),
+            )
+        }
+    work = []
+    for root, doc in batch:
+        digest = document_hash(doc.text)
+        if doc.doc_id in stored and stored[doc.doc_id] == (digest, labels, root):
+            report.unchanged += 1
+            continue
+        if doc.doc_id in stored:
+            report.changed += 1
+        else:
+            report.new += 1
+        work.append((root, doc, digest))
+    if not work:
+        return
+    changed_ids = [doc.doc_id for _, doc, _ in work]
+
+    # Chunk and embed before the write transaction: model calls can be slow and must not hold locks.
+    rows_by_version = {}
+    for target in targets:
+        with conn.transaction():
+            known = known_embeddings(conn, target, tenant, changed_ids)
+        rows = []
+        for _, doc, _ in work:
+            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, report)
+        rows_by_version[target.version] = rows
+
+    with translate_errors(), conn.transaction():
+        _lock_documents(conn, tenant, changed_ids)
+        for root, doc, digest in work:
+            conn.execute(
+                "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
+                " access_labels, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s))"
+                " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
+                " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
+                " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
+                " updated_at = now()",
+                (
+                    tenant,
+                    doc.doc_id,
+                    str(doc.source),
+                    doc.title or "",
+                    doc.format,
+                    doc.text,
+                    digest,
+                    labels,
+                    root,
+                ),
+            )
+        for target in targets:
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table),
+                (tenant, changed_ids),
+            )
+            copy_chunk_rows(conn, target, rows_by_version[target.version])
+            conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))
+            report.chunks_written[target.version] = report.chunks_written.get(target.version, 0) + len(
+                rows_by_version[target.version]
+            )
