@@ -152,6 +152,8 @@ class Chunker:
         self.embedder = embedder
         self.max_tokens = spec.options.get("max_tokens") or getattr(embedder, "max_input_tokens", None)
         self.on_overflow = spec.options.get("on_overflow", "split")
+        # The model's own count (prefix and special tokens included) decides whether it accepts a chunk.
+        self.limit_counter = getattr(embedder, "count_tokens", None)
 
     @property
     def version(self) -> str:
@@ -172,7 +174,9 @@ class Chunker:
         if self.trims_whitespace:
             spans = [span for span in (trim(text, span) for span in spans) if span is not None]
         spans = self.enforce_budget(document, spans)
-        return build_chunks(document, spans, doc_id, self.version, self.max_tokens, self.on_overflow)
+        return build_chunks(
+            document, spans, doc_id, self.version, self.max_tokens, self.on_overflow, self.limit_counter
+        )
 
     def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
         """Split any non-atomic span over the budget (a safety net under every strategy)."""
@@ -180,10 +184,7 @@ class Chunker:
 
         result = []
         for span in spans:
-            if (
-                span.atomic
-                or document.measure(span.start, span.end, span.heading_path, span.context) <= self.size
-            ):
+            if span.atomic or document.measure(span.start, span.end, span.heading_path, span.context) <= self.size:
                 result.append(span)
                 continue
             result.extend(split_range(document, span, self.size))
@@ -204,6 +205,32 @@ def trim(text: str, span: Span) -> Span | None:
     return Span(start, end, span.heading_path, span.context, span.atomic)
 
 
+def _limit_count(document: Document, span: Span, tokens: int, limit_counter) -> int:
+    if limit_counter is None:
+        return tokens
+    return limit_counter(compose_embed_text(span.heading_path, span.context, document.text[span.start : span.end]))
+
+
+def _split_to_limit(document: Document, span: Span, max_tokens: int, limit_counter) -> list[Span]:
+    """Split a span until every piece is within the model's limit, atomic units included (this is the one
+    rule that outranks "never cut a code block"); the budget shrinks if the model counts more tokens."""
+    from toolkit.chunking.recursive import split_range
+
+    budget = max_tokens
+    while True:
+        pieces = split_range(document, span, budget, in_tokens=True, ignore_protection=True)
+        over = [p for p in pieces if _limit_count(document, p, document.embed_tokens(p), limit_counter) > max_tokens]
+        if not over:
+            return pieces
+        if budget <= 1:
+            raise InputError(
+                f"A piece of {document.doc_id or 'the document'} at characters {over[0].start}-{over[0].end} "
+                f"cannot be brought under the model's input limit of {max_tokens} tokens (its heading path "
+                "alone may be too long); shorten the headings or use a model with a larger limit."
+            )
+        budget = max(1, int(budget * 0.8))
+
+
 def chunk_id(doc_id: str | None, start: int, end: int, text: str) -> str:
     """Stable id: the same document, span and text always give the same id."""
     key = f"{doc_id or ''}\x1f{start}\x1f{end}\x1f{text}".encode()
@@ -217,6 +244,7 @@ def build_chunks(
     version: str,
     max_tokens: int | None,
     on_overflow: str,
+    limit_counter=None,
     *,
     check_limit: bool = True,
 ) -> list[Chunk]:
@@ -225,17 +253,17 @@ def build_chunks(
     counted = []
     for span in spans:
         n = document.embed_tokens(span)
-        if check_limit and max_tokens and n > max_tokens:
+        if check_limit and max_tokens and _limit_count(document, span, n, limit_counter) > max_tokens:
             if on_overflow == "error":
                 raise InputError(
-                    f"A chunk of {doc_id or 'the document'} at characters {span.start}-{span.end} has {n} "
-                    f"tokens, over the embedding model's input limit of {max_tokens}; use a smaller chunk "
-                    "size, or on_overflow=split to split such chunks further."
+                    f"A chunk of {doc_id or 'the document'} at characters {span.start}-{span.end} is over "
+                    f"the embedding model's input limit of {max_tokens} tokens; use a smaller chunk size, "
+                    "or on_overflow=split to split such chunks further."
                 )
-            from toolkit.chunking.recursive import split_range
-
-            pieces = split_range(document, span, max_tokens, in_tokens=True, ignore_protection=True)
-            counted.extend((piece, document.embed_tokens(piece)) for piece in pieces)
+            counted.extend(
+                (piece, document.embed_tokens(piece))
+                for piece in _split_to_limit(document, span, max_tokens, limit_counter)
+            )
         else:
             counted.append((span, n))
     total = len(counted)

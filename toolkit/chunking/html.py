@@ -154,9 +154,7 @@ def parse_sections(text: str) -> tuple[list[Section], list[tuple[int, int]]]:
         if kind == "table" and element.rows:
             rows = sorted(element.rows)
             header = [r for r in rows if r[2]] or rows[:1]
-            block.parts = [(a, b) for a, b, _ in header] + [
-                (a, b) for a, b, h in rows if (a, b, h) not in header
-            ]
+            block.parts = [(a, b) for a, b, _ in header] + [(a, b) for a, b, h in rows if (a, b, h) not in header]
             block.header_rows = len(header)
         elif kind == "list":
             block.parts = [(a, b) for a, b, _ in sorted(element.rows)]

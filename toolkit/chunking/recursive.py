@@ -74,9 +74,7 @@ class _Splitter:
                 start += 1
             while end > start and text[end - 1].isspace():
                 end -= 1
-            return self.document.tokens(start, end) + self.document.prefix_tokens(
-                self.heading_path, self.context
-            )
+            return self.document.tokens(start, end) + self.document.prefix_tokens(self.heading_path, self.context)
         return end - start
 
     def allowed(self, position: int) -> bool:
@@ -135,11 +133,7 @@ class _Splitter:
 
     def split_characters(self, start: int, end: int) -> None:
         """Last resort (one word longer than the budget): the longest prefixes that fit."""
-        if (
-            not self.ignore_protection
-            and self.protected
-            and not all(self.allowed(p) for p in (start + 1, end - 1))
-        ):
+        if not self.ignore_protection and self.protected and not all(self.allowed(p) for p in (start + 1, end - 1)):
             self.emit(start, end, atomic=True)
             return
         while start < end:
@@ -168,6 +162,4 @@ class RecursiveChunker(Chunker):
         text = document.text
         if not text:
             return []
-        return split_range(
-            document, Span(0, len(text)), self.size, separators=self.separators, overlap=self.overlap
-        )
+        return split_range(document, Span(0, len(text)), self.size, separators=self.separators, overlap=self.overlap)

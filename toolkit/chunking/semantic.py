@@ -32,9 +32,7 @@ class SemanticChunker(Chunker):
         sentences = sentence_spans(text)
         if not sentences:
             return []
-        vectors = np.asarray(
-            self.embedder.embed_documents([text[a:b] for a, b in sentences]), dtype=np.float64
-        )
+        vectors = np.asarray(self.embedder.embed_documents([text[a:b] for a, b in sentences]), dtype=np.float64)
         if vectors.shape[0] != len(sentences):
             raise InputError(
                 f"The embedder returned {vectors.shape[0]} vectors for {len(sentences)} sentences; "

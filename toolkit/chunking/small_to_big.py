@@ -58,14 +58,10 @@ class SmallToBigChunker:
                     path,
                     child.context or parent.context,
                 )
-                for piece in self.child.enforce_budget(
-                    document, [dataclasses.replace(span, atomic=child.atomic)]
-                ):
+                for piece in self.child.enforce_budget(document, [dataclasses.replace(span, atomic=child.atomic)]):
                     spans.append(piece)
                     owners.append(index)
-        children = build_chunks(
-            document, spans, doc_id, self.version, self.child.max_tokens, self.child.on_overflow
-        )
+        children = build_chunks(document, spans, doc_id, self.version, self.child.max_tokens, self.child.on_overflow)
         if len(children) != len(owners):  # the model's input limit split some children further
             owners = [_owner(parents, c.start) for c in children]
         return self._finish(parents, children, owners)

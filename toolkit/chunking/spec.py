@@ -69,15 +69,12 @@ def parse_spec(spec: str) -> Spec:
         parent = parent.replace(",", ":")
     parts = text.split(":")
     if len(parts) < 3:
-        raise InputError(
-            f"The chunker spec '{spec}' needs at least strategy:size:overlap; for example {EXAMPLES}."
-        )
+        raise InputError(f"The chunker spec '{spec}' needs at least strategy:size:overlap; for example {EXAMPLES}.")
     strategy, size_text, overlap_text, *extras = parts
     strategy = strategy.strip().lower().replace("-", "_")
     if strategy not in STRATEGIES:
         raise InputError(
-            f"The chunker spec '{spec}' names an unknown strategy '{strategy}'; use one of "
-            f"{', '.join(STRATEGIES)}."
+            f"The chunker spec '{spec}' names an unknown strategy '{strategy}'; use one of {', '.join(STRATEGIES)}."
         )
     size = _integer(spec, "size", size_text, minimum=1)
     overlap = _integer(spec, "overlap", overlap_text, minimum=0)
@@ -112,9 +109,7 @@ def _integer(spec: str, name: str, text: str, minimum: int) -> int:
     except ValueError:
         value = None
     if value is None or value < minimum:
-        raise InputError(
-            f"The chunker spec '{spec}' has {name} '{text}'; it must be a whole number ≥ {minimum}."
-        )
+        raise InputError(f"The chunker spec '{spec}' has {name} '{text}'; it must be a whole number ≥ {minimum}.")
     return value
 
 
@@ -133,7 +128,5 @@ def _option(spec: str, key: str, value: str):
     except ValueError:
         parsed = None
     if parsed is None or parsed < 0:
-        raise InputError(
-            f"The chunker spec '{spec}' has {key}={value}; it must be a non-negative {kind.__name__}."
-        )
+        raise InputError(f"The chunker spec '{spec}' has {key}={value}; it must be a non-negative {kind.__name__}.")
     return parsed

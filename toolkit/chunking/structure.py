@@ -105,15 +105,11 @@ def _split_block(document: Document, block: Block, path, size, overlap, protecte
                 group_start, group_end = item_start, item_end
             else:
                 group_start = None
-                spans.extend(
-                    split_range(document, Span(item_start, item_end, path), size, protected=protected)
-                )
+                spans.extend(split_range(document, Span(item_start, item_end, path), size, protected=protected))
         if group_start is not None:
             spans.append(Span(group_start, group_end, path))
         return spans
-    return split_range(
-        document, Span(block.start, block.end, path), size, overlap=overlap, protected=protected
-    )
+    return split_range(document, Span(block.start, block.end, path), size, overlap=overlap, protected=protected)
 
 
 def _split_table(document: Document, block: Block, path, size) -> list[Span]:
