@@ -40,3 +40,18 @@ toolkit.retire_version(integer, text),
 toolkit.version_status(),
 toolkit._version_table(integer)
 TO toolkit_writer;
+
+-- ---------------------------------------------------------------------------------------------------
+-- Search (005-search.sql): what applications call, and the private helpers those invoker functions run.
+-- Each name is unique, so no argument list is needed (pgvector's type may live in any schema).
+GRANT EXECUTE ON FUNCTION
+toolkit.search_chunks,
+toolkit.hybrid_search_chunks,
+toolkit.search_context,
+toolkit._search_target,
+toolkit._search_tenant,
+toolkit._search_filter_texts,
+toolkit._search_filters,
+toolkit._search_distance_sql,
+toolkit._vector_schema
+TO toolkit_reader, toolkit_writer;
