@@ -1,27 +1,17 @@
--- Search through active_chunks: vector top-k with filters, hybrid (full text + vector, fused by RRF),
--- small-to-big context, and the guard that refuses a query embedded for another model.
--- Every search function is SECURITY INVOKER and reads only toolkit.active_chunks, so the caller's
--- row-level security applies and a cutover is seen at once. They search the tenant set for the
--- transaction (toolkit.set_tenant), for service roles too.
+-- Search through active_chunks: vector top-k with filters, hybrid (full text + vector, RRF), small-to-big,
+-- and a guard against queries embedded for another model. The search functions are SECURITY INVOKER and
+-- read only active_chunks (row-level security and cutovers apply); they search the transaction's tenant.
 SET LOCAL ROLE toolkit_owner;
 
--- The signatures below name pgvector's vector type unqualified: resolve it in the extension's schema,
--- wherever that is, for this file only (restored at the end). Bodies pin their own search_path and
--- qualify every pgvector name.
+-- Signatures name pgvector's type unqualified: resolve it in the extension's schema, wherever that is,
+-- for this file only (restored at the end). Bodies qualify every pgvector name.
 SELECT
     set_config('toolkit.saved_search_path', current_setting('search_path'), TRUE) AS saved,
     set_config('search_path', toolkit._vector_schema() || ', pg_catalog', TRUE) AS search_path;
 
 -- Returns the active version's search settings; refuses a query vector or model that does not match it.
-CREATE OR REPLACE FUNCTION toolkit._search_target(query_dimensions integer, declared_model text)
-RETURNS TABLE (
-    version integer,
-    model_alias text,
-    storage text,
-    distance text,
-    dimensions integer,
-    text_search_config regconfig
-)
+CREATE OR REPLACE FUNCTION toolkit._search_target(query_embedding vector, declared_model text)
+RETURNS TABLE (version integer, distance text, text_search_config regconfig, distance_sql text)
 LANGUAGE plpgsql
 STABLE
 SECURITY DEFINER
@@ -29,6 +19,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v record;
+    query_dimensions integer;
+    fix text := 'Embed the query with the active model (SELECT * FROM toolkit.active_model()) and search again.';
 BEGIN
     SELECT x.version, x.model_alias, x.storage, x.distance, x.dimensions, x.text_search_config INTO v
     FROM toolkit.versions AS x
@@ -42,16 +34,18 @@ BEGIN
     IF declared_model IS NOT NULL AND declared_model <> v.model_alias THEN
         RAISE EXCEPTION 'the query was embedded with model %, but the active version % uses model %',
             quote_literal(declared_model), v.version, quote_literal(v.model_alias)
-            USING ERRCODE = 'TK001',
-                  HINT = 'Embed the query with the active model (SELECT * FROM toolkit.active_model()) and search again.';
+            USING ERRCODE = 'TK001', HINT = fix;
     END IF;
-    IF query_dimensions IS NOT NULL AND query_dimensions <> v.dimensions THEN
+    EXECUTE format('SELECT %s.vector_dims($1)', toolkit._vector_schema()) INTO query_dimensions USING query_embedding;
+    IF query_dimensions <> v.dimensions THEN
         RAISE EXCEPTION 'the query vector has % dimensions, but the active version % (model %) stores %',
             query_dimensions, v.version, quote_literal(v.model_alias), v.dimensions
-            USING ERRCODE = 'TK001',
-                  HINT = 'Embed the query with the active model (SELECT * FROM toolkit.active_model()) and search again.';
+            USING ERRCODE = 'TK001', HINT = fix;
     END IF;
-    RETURN QUERY SELECT v.version, v.model_alias, v.storage, v.distance, v.dimensions, v.text_search_config;
+    -- The distance expression as the version's HNSW index is defined, so the planner can use it.
+    RETURN QUERY SELECT v.version, v.distance, v.text_search_config, format(
+        'c.embedding OPERATOR(%1$s.%2$s) $1::%1$s.%3$s', toolkit._vector_schema(),
+        CASE v.distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END, v.storage);
 END
 $$;
 
@@ -101,7 +95,7 @@ $$;
 CREATE OR REPLACE FUNCTION toolkit._search_filters(
     filters jsonb,
     OUT doc_ids text[],
-    OUT doc_id_prefix text,
+    OUT doc_id_prefixes text[],
     OUT heading_prefix text[],
     OUT updated_after timestamptz,
     OUT updated_before timestamptz,
@@ -115,7 +109,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     filter_name text;
-    prefixes text[];
 BEGIN
     clause := '';
     IF filters IS NULL OR jsonb_typeof(filters) = 'null' THEN
@@ -138,29 +131,19 @@ BEGIN
     END LOOP;
 
     doc_ids := toolkit._search_filter_texts(filters -> 'doc_id', 'doc_id');
-    prefixes := toolkit._search_filter_texts(filters -> 'doc_id_prefix', 'doc_id_prefix');
-    IF cardinality(prefixes) > 1 THEN
-        RAISE EXCEPTION 'the search filter doc_id_prefix takes one prefix, not %', cardinality(prefixes)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    doc_id_prefix := prefixes[1];
+    doc_id_prefixes := toolkit._search_filter_texts(filters -> 'doc_id_prefix', 'doc_id_prefix');
     heading_prefix := toolkit._search_filter_texts(filters -> 'heading_prefix', 'heading_prefix');
     labels := toolkit._search_filter_texts(filters -> 'labels', 'labels');
-    BEGIN
-        updated_after := (filters ->> 'updated_after')::timestamptz;
-        updated_before := (filters ->> 'updated_before')::timestamptz;
-    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR invalid_text_representation THEN
-        RAISE EXCEPTION 'the search filters updated_after and updated_before take timestamps, not % and %',
-            quote_nullable(filters ->> 'updated_after'), quote_nullable(filters ->> 'updated_before')
-            USING ERRCODE = 'invalid_parameter_value', HINT = 'Write them as ISO 8601, e.g. 2026-11-29T12:00Z.';
-    END;
+    -- A malformed timestamp raises invalid_datetime_format (22007) naming the bad value.
+    updated_after := (filters ->> 'updated_after')::timestamptz;
+    updated_before := (filters ->> 'updated_before')::timestamptz;
 
     -- The parameter numbers are those every search function passes to EXECUTE ... USING.
     IF doc_ids IS NOT NULL THEN
         clause := clause || ' AND c.doc_id = ANY ($5)';
     END IF;
-    IF doc_id_prefix IS NOT NULL THEN
-        clause := clause || ' AND starts_with(c.doc_id, $6)';
+    IF doc_id_prefixes IS NOT NULL THEN
+        clause := clause || ' AND EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix))';
     END IF;
     IF heading_prefix IS NOT NULL THEN
         clause := clause || ' AND c.heading_path[1:cardinality($7)] = $7';
@@ -175,22 +158,6 @@ BEGIN
         clause := clause || ' AND c.access_labels && $10';
     END IF;
 END
-$$;
-
--- Returns the SQL of a version's distance expression, written so the planner matches its HNSW index.
-CREATE OR REPLACE FUNCTION toolkit._search_distance_sql(storage text, distance text)
-RETURNS text
-LANGUAGE sql
-STABLE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT format(
-        'c.embedding OPERATOR(%1$s.%2$s) $1::%1$s.%3$s',
-        toolkit._vector_schema(),
-        CASE distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
-        storage
-    )
 $$;
 
 -- Vector top-k over active_chunks for the transaction's tenant, with optional filters (jsonb).
@@ -224,10 +191,8 @@ SET "hnsw.iterative_scan" = relaxed_order
 AS $$
 DECLARE
     tenant text := toolkit._search_tenant();
-    dims integer;
     target record;
     f record;
-    dist text;
 BEGIN
     IF query_embedding IS NULL THEN
         RAISE EXCEPTION 'the query embedding is NULL' USING ERRCODE = 'invalid_parameter_value';
@@ -235,28 +200,19 @@ BEGIN
     IF k IS NULL OR k < 1 OR k > 1000 THEN
         RAISE EXCEPTION 'k must be between 1 and 1000, not %', k USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    EXECUTE format('SELECT %s.vector_dims($1)', toolkit._vector_schema()) INTO dims USING query_embedding;
-    SELECT * INTO target FROM toolkit._search_target(dims, search_chunks.query_model);
+    SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model);
     f := toolkit._search_filters(filters);
-    dist := toolkit._search_distance_sql(target.storage, target.distance);
     -- relaxed_order may return rows slightly out of order: the outer query sorts them again.
     RETURN QUERY EXECUTE format(
         'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
-        ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END,'
-        ' h.distance, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset, h.end_offset,'
-        ' h.heading_path, h.text, h.version, h.model_alias'
-        ' FROM ('
-        '  SELECT c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset, c.end_offset,'
-        '   c.heading_path, c.text, c.version, c.model_alias, %1$s AS distance'
-        '  FROM toolkit.active_chunks AS c'
-        '  WHERE c.tenant = $3 AND c.version = $4 AND NOT c.is_parent%3$s'
-        '  ORDER BY %1$s'
-        '  LIMIT $2'
-        ' ) AS h'
+        ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.*'
+        ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
+        '  c.end_offset, c.heading_path, c.text, c.version, c.model_alias FROM toolkit.active_chunks AS c'
+        '  WHERE c.tenant = $3 AND c.version = $4 AND NOT c.is_parent%3$s ORDER BY %1$s LIMIT $2) AS h'
         ' ORDER BY h.distance, h.chunk_id',
-        dist, target.distance, f.clause)
+        target.distance_sql, target.distance, f.clause)
     USING query_embedding, k, tenant, target.version,
-        f.doc_ids, f.doc_id_prefix, f.heading_prefix, f.updated_after, f.updated_before, f.labels;
+        f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels;
 END
 $$;
 
@@ -296,7 +252,6 @@ SET "hnsw.iterative_scan" = relaxed_order
 AS $$
 DECLARE
     tenant text := toolkit._search_tenant();
-    dims integer;
     target record;
     f record;
     all_terms tsquery;
@@ -304,26 +259,21 @@ DECLARE
     vector_sql text;
     pool integer;
 BEGIN
-    IF k IS NULL OR k < 1 OR k > 1000 THEN
-        RAISE EXCEPTION 'k must be between 1 and 1000, not %', k USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF rrf_k IS NULL OR rrf_k < 0 THEN
-        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', rrf_k USING ERRCODE = 'invalid_parameter_value';
+    IF k IS NULL OR k < 1 OR k > 1000 OR rrf_k IS NULL OR rrf_k < 0 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000 (not %) and rrf_k 0 or more (not %)', k, rrf_k
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF query_embedding IS NULL AND coalesce(query_text, '') = '' THEN
         RAISE EXCEPTION 'a hybrid search needs a query text, a query embedding or both'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     pool := greatest(coalesce(candidates, 50), k);
-    IF query_embedding IS NOT NULL THEN
-        EXECUTE format('SELECT %s.vector_dims($1)', toolkit._vector_schema()) INTO dims USING query_embedding;
-    END IF;
-    SELECT * INTO target FROM toolkit._search_target(dims, hybrid_search_chunks.query_model);
+    SELECT * INTO target FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model);
     f := toolkit._search_filters(filters);
 
     all_terms := websearch_to_tsquery(target.text_search_config, coalesce(query_text, ''));
-    -- Questions rarely share every word with their answer: also take chunks holding any term (unless the
-    -- query negates a term, where OR would invert its meaning).
+    -- Questions rarely share every word with their answer: also take chunks holding any term (unless a
+    -- term is negated: OR would invert it).
     IF strpos(all_terms::text, '!') = 0 THEN
         any_term := replace(all_terms::text, ' & ', ' | ')::tsquery;
     ELSE
@@ -338,19 +288,17 @@ BEGIN
             ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.active_chunks AS c'
             '  WHERE c.tenant = $3 AND c.version = $4 AND NOT c.is_parent%2$s'
             '  ORDER BY %1$s LIMIT $14) AS h',
-            toolkit._search_distance_sql(target.storage, target.distance), f.clause);
+            target.distance_sql, f.clause);
     END IF;
 
     RETURN QUERY EXECUTE format(
         'WITH vector_hits AS MATERIALIZED (%1$s),'
-        ' text_hits AS MATERIALIZED ('
-        '  SELECT t.chunk_id, row_number() OVER (ORDER BY t.has_all DESC, t.weight DESC, t.chunk_id) AS r'
+        ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.has_all DESC, t.weight DESC, t.chunk_id) AS r'
         '  FROM (SELECT c.chunk_id, c.fts @@ $11 AS has_all, ts_rank_cd(c.fts, $12, 1) AS weight'
         '   FROM toolkit.active_chunks AS c'
         '   WHERE c.tenant = $3 AND c.version = $4 AND NOT c.is_parent AND c.fts @@ $12%2$s'
         '   ORDER BY 2 DESC, 3 DESC, 1 LIMIT $14) AS t),'
-        ' fused AS ('
-        '  SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank, v.distance,'
+        ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank, v.distance,'
         '   coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
         '  FROM vector_hits AS v FULL JOIN text_hits AS t ON v.chunk_id = t.chunk_id'
         '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $2)'
@@ -361,7 +309,7 @@ BEGIN
         ' ORDER BY 1',
         vector_sql, f.clause)
     USING query_embedding, k, tenant, target.version,
-        f.doc_ids, f.doc_id_prefix, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
+        f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
         all_terms, any_term, rrf_k::float8, pool;
 END
 $$;
@@ -411,20 +359,15 @@ BEGIN
         mode := 'window';
         window_size := split_part(expand, ':', 2)::integer;
     ELSE
-        RAISE EXCEPTION 'expand must be parent or window:N (N from 0 to 99), not %', quote_nullable(expand)
+        RAISE EXCEPTION 'expand must be parent or window:N (N up to 99), not %', quote_nullable(expand)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- More hits than contexts: hits that share a parent or a window collapse into one context.
-    IF query_text IS NULL THEN
-        hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
-            ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias'
-            ' FROM toolkit.search_chunks($1, $2 * 4, $5, $6) AS h';
-    ELSE
-        hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
-            ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias'
-            ' FROM toolkit.hybrid_search_chunks($4, $1, $2 * 4, $5, $6) AS h';
-    END IF;
+    -- Hits sharing a parent or a window collapse into one context: fetch more hits than contexts.
+    hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
+        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias FROM toolkit.'
+        || CASE WHEN query_text IS NULL THEN 'search_chunks($1, $2 * 4, $5, $6)'
+            ELSE 'hybrid_search_chunks($4, $1, $2 * 4, $5, $6)' END || ' AS h';
 
     IF mode = 'parent' THEN
         -- A hit without a (visible) parent stands for itself.
@@ -448,11 +391,9 @@ BEGIN
         'WITH hits AS MATERIALIZED (%1$s),'
         ' pieces AS MATERIALIZED (%2$s),'
         ' spans AS (SELECT p.hit_rank, p.doc_id, min(p.s) AS s, max(p.e) AS e FROM pieces AS p GROUP BY 1, 2),'
-        ' flagged AS ('
-        '  SELECT sp.*, CASE WHEN sp.s < max(sp.e) OVER (PARTITION BY sp.doc_id ORDER BY sp.s, sp.e, sp.hit_rank'
+        ' flagged AS (SELECT sp.*, CASE WHEN sp.s < max(sp.e) OVER (PARTITION BY sp.doc_id ORDER BY sp.s, sp.e, sp.hit_rank'
         '   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS opens FROM spans AS sp),'
-        ' grouped AS ('
-        '  SELECT fl.hit_rank, fl.doc_id, fl.s, fl.e, sum(fl.opens) OVER (PARTITION BY fl.doc_id'
+        ' grouped AS (SELECT fl.hit_rank, fl.doc_id, fl.s, fl.e, sum(fl.opens) OVER (PARTITION BY fl.doc_id'
         '   ORDER BY fl.s, fl.e, fl.hit_rank ROWS UNBOUNDED PRECEDING) AS grp FROM flagged AS fl),'
         ' contexts AS ('
         '  SELECT g.doc_id, g.grp, min(g.hit_rank) AS best, min(g.s) AS s, max(g.e) AS e,'
@@ -474,8 +415,7 @@ BEGIN
         '  FROM ordered AS o GROUP BY 1, 2)'
         ' SELECT (row_number() OVER (ORDER BY x.best))::integer, h.score, x.doc_id, x.s, x.e, h.heading_path,'
         '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias'
-        ' FROM contexts AS x'
-        ' INNER JOIN stitched AS st ON st.doc_id = x.doc_id AND st.grp = x.grp'
+        ' FROM contexts AS x INNER JOIN stitched AS st ON st.doc_id = x.doc_id AND st.grp = x.grp'
         ' INNER JOIN hits AS h ON h.rank = x.best'
         ' ORDER BY x.best LIMIT $2',
         hits_sql, pieces_sql)

@@ -52,6 +52,5 @@ toolkit._search_target,
 toolkit._search_tenant,
 toolkit._search_filter_texts,
 toolkit._search_filters,
-toolkit._search_distance_sql,
 toolkit._vector_schema
 TO toolkit_reader, toolkit_writer;
