@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import asdict
 
 import pytest
 from click.testing import CliRunner
 
+from toolkit.chunking import get_chunker
 from toolkit.cli import main
 from toolkit.errors import InputError
 from toolkit.estimate import (
@@ -21,6 +21,8 @@ from toolkit.estimate import (
     parse_overlap,
     vector_bytes,
 )
+from toolkit.sources import read_documents
+from toolkit.tokens import count_tokens
 
 # The 004 table: 10M tokens, k = 5, 1,536 float32 dimensions, $0.20 / $2 per million tokens.
 # (chunk, overlap, chunks, embedding cost, raw vectors in MB, context tokens per query, input cost per query)
@@ -53,9 +55,7 @@ def _check_004_row(row: dict, expected: tuple) -> None:
 @pytest.mark.parametrize("expected", TABLE_004, ids=lambda e: f"{e[0]}/{e[1]}")
 def test_004_table_rows_through_the_library(expected):
     chunk, overlap = expected[:2]
-    result = estimate(
-        10_000_000, configs=[(chunk, overlap)], pricing=Pricing(k=5, embed_price=0.20, input_price=2)
-    )
+    result = estimate(10_000_000, configs=[(chunk, overlap)], pricing=Pricing(k=5, embed_price=0.20, input_price=2))
 
     _check_004_row(asdict(result.rows[0]), expected)
 
@@ -236,29 +236,33 @@ def test_chunk_count_rejects_overlap_as_large_as_the_chunk():
         chunk_count(1000, 100, 100)
 
 
-def test_corpus_path_counts_real_chunks_or_says_it_is_not_available(tmp_path):
-    (tmp_path / "a.md").write_text(
-        "# Refunds\n\n" + "Refunds are issued within 14 days. " * 60, encoding="utf-8"
-    )
-    (tmp_path / "b.md").write_text(
-        "# Shipping\n\n" + "Express shipping takes one day. " * 40, encoding="utf-8"
-    )
-    args = ["estimate", "--corpus", str(tmp_path), "--chunker", "fixed:100:10", "--format", "json"]
-    result = CliRunner().invoke(main, args)
-    try:  # the chunking engine lands separately; until it does, --corpus must fail cleanly
-        get_chunker = importlib.import_module("toolkit.chunking").get_chunker
-        read_documents = importlib.import_module("toolkit.sources").read_documents
-    except ImportError:
-        assert result.exit_code == 1
-        assert "not available yet" in result.output and "use --tokens" in result.output
-        return
+def test_corpus_path_counts_real_chunks_and_tokens(tmp_path):
+    (tmp_path / "a.md").write_text("# Refunds\n\n" + "Refunds are issued within 14 days. " * 60, encoding="utf-8")
+    (tmp_path / "b.md").write_text("# Shipping\n\n" + "Express shipping takes one day. " * 40, encoding="utf-8")
+    (tmp_path / "c.bin").write_bytes(b"\x00\x01")  # not a text format: not read
+    args = ["estimate", "--corpus", str(tmp_path), "--chunker", "fixed:100:10", "--chunker", "markdown:400:40"]
+    result = CliRunner().invoke(main, [*args, "-k", "2", "--format", "json"])
     assert result.exit_code == 0, result.output
-    row = json.loads(result.output)["rows"][0]
-    chunker = get_chunker("fixed:100:10")
-    chunks = [c for d in read_documents([str(tmp_path)]) for c in chunker.chunk(d.text, d.doc_id)]
-    assert row["chunks"] == len(chunks) > 2
-    assert row["embedded_tokens"] == sum(c.token_count for c in chunks)
-    assert row["chunker"] == "fixed:100:10"
+    data = json.loads(result.output)
+    documents = list(read_documents([str(tmp_path)]))
+    assert data["documents"] == len(documents) == 2
+    assert data["tokens"] == sum(count_tokens(d.text) for d in documents)
+    for row, spec in zip(data["rows"], ["fixed:100:10", "markdown:400:40"], strict=True):
+        chunks = [c for d in documents for c in get_chunker(spec).chunk(d.text, d.doc_id)]
+        assert row["chunker"] == spec
+        assert row["chunks"] == len(chunks)
+        assert row["embedded_tokens"] == sum(c.token_count for c in chunks)
+        mean = row["embedded_tokens"] / row["chunks"]
+        assert row["context_tokens_per_query"] == round(min(2, len(chunks)) * mean)
+    assert data["rows"][0]["chunks"] > 2  # 100-token windows over ~700 tokens
+    assert (data["rows"][0]["chunk"], data["rows"][0]["overlap"]) == (100, 10)
+
+
+def test_corpus_with_no_readable_documents_is_an_error(tmp_path):
+    result = CliRunner().invoke(main, ["estimate", "--corpus", str(tmp_path), "--chunker", "fixed:100:0"])
+    assert result.exit_code == 1 and "No readable documents" in result.output
+    result = CliRunner().invoke(main, ["estimate", "--corpus", str(tmp_path)])
+    assert result.exit_code == 1 and "--chunker" in result.output
 
 
 def test_corpus_and_token_options_do_not_mix(tmp_path):

@@ -101,6 +101,13 @@ def test_committed_markdown_is_what_the_converter_produces(monkeypatch):
     if not (build.DEFAULT_HTML / "index.html").exists():
         pytest.skip("postgresql-doc-15 is not installed (apt-get install postgresql-doc-15) to rebuild from")
     for name, first in build.CHAPTERS.items():
-        assert build.chapter_markdown(build.DEFAULT_HTML, first) == (SAMPLE_DOCS / name).read_text(
-            encoding="utf-8"
-        )
+        assert build.chapter_markdown(build.DEFAULT_HTML, first) == (SAMPLE_DOCS / name).read_text(encoding="utf-8")
+
+
+def test_ingest_reads_the_same_text_the_queries_were_labelled_on():
+    # Answer offsets refer to the stored raw text; toolkit.sources must not alter the Markdown.
+    from toolkit.sources import read_documents
+
+    stored = {d.doc_id: d.text for d in read_documents([SAMPLE_DOCS])}
+    assert stored == read_sample_documents()
+    assert len(load_queries(SAMPLE_QUERIES, stored)) >= 200

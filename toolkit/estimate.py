@@ -36,9 +36,7 @@ def parse_count(value: str | int | float, what: str = "count") -> int:
         text = value.replace(",", "").replace("_", "")
         match = _COUNT_PATTERN.match(text)
         if not match:
-            raise InputError(
-                f"The {what} {value!r} is not a count: write a number such as 65000, 65k, 1.5M or 10M."
-            )
+            raise InputError(f"The {what} {value!r} is not a count: write a number such as 65000, 65k, 1.5M or 10M.")
         number = float(match.group(1)) * _SUFFIXES[match.group(2).lower()]
     if number < 0 or not math.isfinite(number):
         raise InputError(f"The {what} must be zero or more, not {value!r}.")
@@ -60,9 +58,7 @@ def parse_overlap(value: str | int, chunk: int) -> int:
 def tokens_from_words(words: float, tokens_per_word: float = 1.3) -> int:
     """Tokens in `words` words of English prose; 1.3 tokens a word is the seed documents' rule of thumb."""
     if words < 0 or tokens_per_word <= 0:
-        raise InputError(
-            "Words must be zero or more and tokens per word above zero (English prose: about 1.3)."
-        )
+        raise InputError("Words must be zero or more and tokens per word above zero (English prose: about 1.3).")
     return round(words * tokens_per_word)
 
 
@@ -83,9 +79,7 @@ def vector_bytes(chunks: int, dims: int, storage: str = "float32") -> int:
         raise InputError(f"Unknown storage {storage!r}: use one of {', '.join(STORAGE_TYPES)}.")
     if dims <= 0:
         raise InputError(f"Dimensions must be a positive number (for example 384 or 1536), not {dims}.")
-    per_vector = {"float32": 4 * dims, "halfvec": 2 * dims, "int8": dims, "binary": math.ceil(dims / 8)}[
-        storage
-    ]
+    per_vector = {"float32": 4 * dims, "halfvec": 2 * dims, "int8": dims, "binary": math.ceil(dims / 8)}[storage]
     return chunks * per_vector
 
 
@@ -98,9 +92,7 @@ def corpus_tokens(
     tokens_per_word: float = 1.3,
 ) -> int:
     """The corpus size in tokens from one of tokens, words or pages (pages * words/page * tokens/word)."""
-    given = [
-        name for name, value in (("tokens", tokens), ("words", words), ("pages", pages)) if value is not None
-    ]
+    given = [name for name, value in (("tokens", tokens), ("words", words), ("pages", pages)) if value is not None]
     if len(given) != 1:
         raise InputError(
             "Give the corpus size once: --tokens (e.g. 10M), --words or --pages"
@@ -253,9 +245,7 @@ def estimate(
     the embedded tokens are then `chunks * chunk`, every chunk full.
     """
     if (tokens is None) == (chunks is None):
-        raise InputError(
-            "Give the corpus size either in tokens (e.g. 10M) or in chunks, not both and not neither."
-        )
+        raise InputError("Give the corpus size either in tokens (e.g. 10M) or in chunks, not both and not neither.")
     if (tokens or 0) < 0 or (chunks or 0) < 0:
         raise InputError("The corpus size cannot be negative.")
     if not configs:
@@ -295,28 +285,21 @@ def estimate_corpus(
     pricing: Pricing | None = None,
 ) -> Estimate:
     """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted."""
-    try:
-        from toolkit.chunking import get_chunker
-        from toolkit.sources import read_documents
-        from toolkit.tokens import count_tokens
-    except ImportError as error:
-        raise InputError(
-            f"Estimating from --corpus needs the chunking engine, which is not available yet ({error}); "
-            "use --tokens (or --words / --pages) instead."
-        ) from None
+    from toolkit.chunking import get_chunker
+    from toolkit.sources import SourceError, read_documents
+    from toolkit.tokens import count_tokens
+
     if not chunker_specs:
         raise InputError("Give at least one --chunker spec with --corpus, for example markdown:400:40.")
     pricing = pricing or Pricing()
     documents, skipped = [], []
     for result in read_documents(list(paths)):
-        if hasattr(result, "text"):
-            documents.append(result)
-        else:
+        if isinstance(result, SourceError):
             skipped.append(str(result))
+        else:
+            documents.append(result)
     if not documents:
-        raise InputError(
-            "No readable documents were found under the --corpus path(s); point it at text files."
-        )
+        raise InputError("No readable documents were found under the --corpus path(s); point it at text files.")
     tokens = sum(count_tokens(document.text) for document in documents)
     rows = []
     for spec in chunker_specs:
@@ -347,9 +330,7 @@ def estimate_corpus(
     ]
     if skipped:
         notes.append(f"Skipped {len(skipped)} file(s) that could not be read: " + "; ".join(skipped[:5]))
-    return Estimate(
-        tokens=tokens, pricing=pricing, rows=tuple(rows), documents=len(documents), notes=tuple(notes)
-    )
+    return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows), documents=len(documents), notes=tuple(notes))
 
 
 def _spec_size(spec: str) -> tuple[int | None, int]:
