@@ -31,9 +31,7 @@ def test_overlapping_chunks_answer_found_at_rank_two():
     assert recall_at_k(retrieved, gold, 1) == 0.0
     assert recall_at_k(retrieved, gold, 2) == 1.0
     assert reciprocal_rank(retrieved, gold) == 0.5  # 1 / 2
-    assert ndcg_at_k(retrieved, gold, 3) == pytest.approx(
-        1 / math.log2(3)
-    )  # gain at rank 2; ideal at rank 1: 1/1
+    assert ndcg_at_k(retrieved, gold, 3) == pytest.approx(1 / math.log2(3))  # gain at rank 2; ideal at rank 1: 1/1
     # Gold characters covered: 50–60 (chunk 1) ∪ 50–70 (chunk 2) = 50–70 = 20 of 20, each counted once.
     assert span_recall(retrieved, gold) == 1.0
     # Retrieved characters, overlap counted each time: 60 + 60 + 50 = 170; 20 of them are gold.

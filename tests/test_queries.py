@@ -55,18 +55,14 @@ def test_start_disambiguates_a_repeated_text():
 
 def test_repeated_text_without_offsets_is_an_error_naming_the_line():
     lines = ["", _line("q", {"doc_id": "returns.md", "text": "Refunds take 5 days."})]
-    with pytest.raises(
-        InputError, match=r"queries line 2: .* occurs 2 times .*at offsets 39, 60.*add \"start\""
-    ):
+    with pytest.raises(InputError, match=r"queries line 2: .* occurs 2 times .*at offsets 39, 60.*add \"start\""):
         parse_queries(lines, DOCUMENTS)
 
 
 def test_missing_text_is_an_error_naming_the_line(tmp_path):
     path = tmp_path / "q.jsonl"
     path.write_text(_line("q", {"doc_id": "faq.md", "text": "valid for 16 minutes"}) + "\n", encoding="utf-8")
-    with pytest.raises(
-        InputError, match=r"q\.jsonl line 1: the answer text 'valid for 16 minutes' is not in 'faq.md'"
-    ):
+    with pytest.raises(InputError, match=r"q\.jsonl line 1: the answer text 'valid for 16 minutes' is not in 'faq.md'"):
         load_queries(path, DOCUMENTS)
 
 

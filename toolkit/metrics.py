@@ -123,9 +123,7 @@ def precision_omega(chunks: Sequence, gold: Sequence) -> float:
     `chunks` is every chunk of the corpus (or at least of the gold documents), not the retrieved ones.
     """
     chunks, gold = _spans(chunks), _spans(gold)
-    holding = [
-        c for c in chunks if any(c.doc_id == g.doc_id and c.start < g.end and g.start < c.end for g in gold)
-    ]
+    holding = [c for c in chunks if any(c.doc_id == g.doc_id and c.start < g.end and g.start < c.end for g in gold)]
     return span_precision(holding, gold)
 
 

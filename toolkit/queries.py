@@ -46,9 +46,7 @@ def resolve_answer(answer: Mapping, documents: Mapping[str, str], where: str) ->
         raise InputError(f"{where}: each answer must be an object such as {{'doc_id': ..., 'text': ...}}.")
     doc_id = answer.get("doc_id")
     if not isinstance(doc_id, str) or not doc_id:
-        raise InputError(
-            f'{where}: an answer has no "doc_id"; give the document\'s id (its path in the corpus).'
-        )
+        raise InputError(f'{where}: an answer has no "doc_id"; give the document\'s id (its path in the corpus).')
     if doc_id not in documents:
         known = ", ".join(sorted(documents)[:5]) + (", ..." if len(documents) > 5 else "")
         raise InputError(
@@ -77,9 +75,7 @@ def resolve_answer(answer: Mapping, documents: Mapping[str, str], where: str) ->
         if document[start : start + len(text)] != text:
             found = occurrences(document, text)
             hint = f"it occurs at {_offsets(found)}" if found else "it does not occur in the document at all"
-            raise InputError(
-                f'{where}: the answer text is not at offset {start} of {doc_id!r} ({hint}); fix "start".'
-            )
+            raise InputError(f'{where}: the answer text is not at offset {start} of {doc_id!r} ({hint}); fix "start".')
         if end is not None and end != start + len(text):
             raise InputError(
                 f'{where}: "end" ({end}) does not match "start" + the text\'s length ({start + len(text)}); '
@@ -99,9 +95,7 @@ def resolve_answer(answer: Mapping, documents: Mapping[str, str], where: str) ->
             f'(at {_offsets(found)}); add "start" to say which one, or quote a longer, unique passage.'
         )
     if end is not None and end != found[0] + len(text):
-        raise InputError(
-            f'{where}: "end" ({end}) does not match where the text ends ({found[0] + len(text)}).'
-        )
+        raise InputError(f'{where}: "end" ({end}) does not match where the text ends ({found[0] + len(text)}).')
     return Span(doc_id, found[0], found[0] + len(text))
 
 
@@ -113,9 +107,7 @@ def _offsets(found: list[int]) -> str:
     return "offsets " + ", ".join(map(str, found[:5])) + (", ..." if len(found) > 5 else "")
 
 
-def parse_queries(
-    lines: Iterable[str], documents: Mapping[str, str], source: str = "queries"
-) -> list[LabelledQuery]:
+def parse_queries(lines: Iterable[str], documents: Mapping[str, str], source: str = "queries") -> list[LabelledQuery]:
     """Parse JSONL lines (blank ones skipped); resolve their answers against `documents` (doc id → text)."""
     queries = []
     for number, line in enumerate(lines, start=1):
@@ -154,9 +146,7 @@ def load_queries(path: str | Path, documents: Mapping[str, str]) -> list[Labelle
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise InputError(
-            f"Cannot read the query file {str(path)!r} ({error.strerror}); check the path."
-        ) from None
+        raise InputError(f"Cannot read the query file {str(path)!r} ({error.strerror}); check the path.") from None
     except UnicodeDecodeError:
         raise InputError(f"The query file {str(path)!r} is not UTF-8 text; save it as UTF-8 JSONL.") from None
     return parse_queries(text.splitlines(), documents, source=str(path))

@@ -13,23 +13,17 @@ from toolkit.errors import InputError
 @click.command()
 @click.option("--tokens", metavar="N", help="Corpus size in tokens: 65000, 65k, 1.5M, 10M.")
 @click.option("--words", metavar="N", help="Corpus size in words (times --tokens-per-word).")
-@click.option(
-    "--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word)."
-)
+@click.option("--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word).")
 @click.option("--chunks", "chunk_total", metavar="N", help="Corpus size as a chunk count (e.g. 10M chunks).")
 @click.option("--words-per-page", type=float, default=500, show_default=True, help="For --pages.")
-@click.option(
-    "--tokens-per-word", type=float, default=1.3, show_default=True, help="For --words and --pages."
-)
+@click.option("--tokens-per-word", type=float, default=1.3, show_default=True, help="For --words and --pages.")
 @click.option(
     "--corpus",
     multiple=True,
     type=click.Path(exists=True),
     help="Count tokens and chunks for real in these files or folders (needs --chunker).",
 )
-@click.option(
-    "--chunker", "chunkers", multiple=True, metavar="SPEC", help="Chunker spec, e.g. markdown:400:40."
-)
+@click.option("--chunker", "chunkers", multiple=True, metavar="SPEC", help="Chunker spec, e.g. markdown:400:40.")
 @click.option("--chunk", "chunk_sizes", multiple=True, type=int, help="Chunk size in tokens (repeatable).")
 @click.option(
     "--overlap",
@@ -45,18 +39,12 @@ from toolkit.errors import InputError
     type=click.Choice(lib.STORAGE_TYPES),
     help="Vector storage type (repeatable). Default float32.",
 )
-@click.option(
-    "--embed-price", type=float, default=0.20, show_default=True, help="USD per million embedded tokens."
-)
-@click.option(
-    "--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens."
-)
+@click.option("--embed-price", type=float, default=0.20, show_default=True, help="USD per million embedded tokens.")
+@click.option("--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens.")
 @click.option("--queries-per-day", metavar="N", help="Queries a day, for the daily input cost (e.g. 10k).")
 @click.option("--system-prompt-tokens", type=int, default=0, show_default=True, help="Added to every query.")
 @click.option("--question-tokens", type=int, default=0, show_default=True, help="Added to every query.")
-@click.option(
-    "--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def estimate(
     tokens,
     words,
@@ -86,9 +74,7 @@ def estimate(
         k=k,
         embed_price=embed_price,
         input_price=input_price,
-        queries_per_day=None
-        if queries_per_day is None
-        else lib.parse_count(queries_per_day, "queries per day"),
+        queries_per_day=None if queries_per_day is None else lib.parse_count(queries_per_day, "queries per day"),
         system_prompt_tokens=system_prompt_tokens,
         question_tokens=question_tokens,
     )
@@ -101,14 +87,10 @@ def estimate(
             )
         result = lib.estimate_corpus(corpus, chunkers, **shape)
     elif chunkers:
-        raise InputError(
-            "--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap."
-        )
+        raise InputError("--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap.")
     elif chunk_total is not None:
         if any(v is not None for v in (tokens, words, pages)):
-            raise InputError(
-                "Give the corpus size once: --chunks, or --tokens / --words / --pages, not both."
-            )
+            raise InputError("Give the corpus size once: --chunks, or --tokens / --words / --pages, not both.")
         result = lib.estimate(
             chunks=lib.parse_count(chunk_total, "chunk count"),
             configs=lib.pair_configs(chunk_sizes, overlaps),
@@ -151,7 +133,7 @@ def render_table(result: lib.Estimate) -> str:
         assumptions += f"; system prompt + question {p.system_prompt_tokens + p.question_tokens:,} tokens"
     lines = [assumptions]
     header = [
-        "chunk / overlap",
+        "chunker" if any(row.chunker for row in result.rows) else "chunk / overlap",
         "vectors",
         "chunks",
         "embedded tokens",
@@ -183,9 +165,7 @@ def render_table(result: lib.Estimate) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for r in table:
         lines.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
+            "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
     lines.extend(result.notes)
     return "\n".join(lines)

@@ -109,9 +109,7 @@ def _table(node: LexborNode) -> list[str]:
     for tr in node.css("tr"):
         cells = []
         for cell in tr.css("th, td"):
-            text = (
-                " ".join(blocks(cell)) if any(_is_block(c) for c in _children(cell)) else _clean(inline(cell))
-            )
+            text = " ".join(blocks(cell)) if any(_is_block(c) for c in _children(cell)) else _clean(inline(cell))
             cells.append(_clean(text).replace("|", "\\|"))
         if tr.parent is not None and tr.parent.tag == "thead":
             header_rows += 1
@@ -171,9 +169,7 @@ def block(node: LexborNode) -> list[str]:
             marker = f"{number}. " if tag == "ol" else "- "
             parts = blocks(li) or [""]
             pad = " " * len(marker)
-            items.append(
-                "\n\n".join([_indent(parts[0], pad, marker)] + [_indent(p, pad, pad) for p in parts[1:]])
-            )
+            items.append("\n\n".join([_indent(parts[0], pad, marker)] + [_indent(p, pad, pad) for p in parts[1:]]))
         return ["\n".join(items) if all("\n" not in item for item in items) else "\n\n".join(items)]
     if tag == "dl":
         items = []
@@ -189,9 +185,7 @@ def block(node: LexborNode) -> list[str]:
         return [_indent(b, "> ", "> ") for b in blocks(node)]
     if classes & ADMONITIONS:
         title_node = node.css_first("h3, h4, .title")
-        title = (
-            _clean(title_node.text(deep=True)) if title_node else next(iter(classes & ADMONITIONS)).title()
-        )
+        title = _clean(title_node.text(deep=True)) if title_node else next(iter(classes & ADMONITIONS)).title()
         if title_node is not None:
             title_node.decompose()
         body = blocks(node)

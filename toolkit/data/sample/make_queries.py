@@ -135,9 +135,7 @@ def plain(title: str) -> str:
 
 def lower(phrase: str) -> str:
     """Lower-case title-cased words, keep acronyms and code (GIN, JSON, COPY, jsonb)."""
-    return " ".join(
-        w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z]+)?", w) else w for w in phrase.split()
-    )
+    return " ".join(w.lower() if re.fullmatch(r"[A-Z][a-z]+(?:-[A-Za-z]+)?", w) else w for w in phrase.split())
 
 
 def heading_question(title: str, parent: str) -> str | None:
@@ -193,17 +191,11 @@ def derive(doc_id: str, markdown: str) -> list[dict]:
                 if not re.match(r"[A-Z`]", sentence):
                     continue
                 subject_text = lower(f"{article.lower()} {subject}".strip())
-                candidates.append(
-                    ("definition", f"What {definition.group('verb')} {subject_text}?", sentence)
-                )
+                candidates.append(("definition", f"What {definition.group('verb')} {subject_text}?", sentence))
             continue
         if block.kind == "table" and caption:
             rows = block.text.split("\n")[2:]
-            chosen = (
-                sorted({round(i * (len(rows) - 1) / 3) for i in range(4)})
-                if len(rows) > 4
-                else range(len(rows))
-            )
+            chosen = sorted({round(i * (len(rows) - 1) / 3) for i in range(4)}) if len(rows) > 4 else range(len(rows))
             for i in chosen:
                 row = rows[i]
                 first_cell = row.strip("|").split(" | ")[0].strip().replace("`", "")
@@ -234,9 +226,7 @@ def build_queries(docs: Path = DOCS) -> list[dict]:
         query = json.loads(line)
         answer = query["answers"][0]
         if texts[answer["doc_id"]].count(answer["text"]) != 1:
-            raise SystemExit(
-                f"manual_queries.jsonl: the answer to {query['query']!r} is not a unique passage."
-            )
+            raise SystemExit(f"manual_queries.jsonl: the answer to {query['query']!r} is not a unique passage.")
         queries.append(query)
     return queries
 
