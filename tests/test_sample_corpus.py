@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections import Counter
 
 import pytest
@@ -50,10 +52,18 @@ def test_queries_load_and_resolve_to_spans_of_their_documents():
     assert set(per_document) == set(documents), "every document has queries"
 
 
+def _script(name: str, monkeypatch):
+    """Import one of the sample folder's scripts under a private module name (no clash with PyPI's `build`)."""
+    spec = importlib.util.spec_from_file_location(f"_sample_{name}", SAMPLE_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_queries_file_is_what_make_queries_derives(monkeypatch):
     # The committed file must be reproducible from the committed Markdown by the committed script.
-    monkeypatch.syspath_prepend(str(SAMPLE_DIR))
-    import make_queries
+    make_queries = _script("make_queries", monkeypatch)
 
     derived = make_queries.build_queries(SAMPLE_DOCS)
     committed = [json.loads(line) for line in SAMPLE_QUERIES.read_text(encoding="utf-8").splitlines() if line]
@@ -61,15 +71,8 @@ def test_queries_file_is_what_make_queries_derives(monkeypatch):
     assert {q["kind"] for q in committed} == {"heading", "definition", "table-row", "manual"}
 
 
-def _build_module(monkeypatch):
-    monkeypatch.syspath_prepend(str(SAMPLE_DIR))
-    import build
-
-    return build
-
-
 def test_converter_keeps_headings_code_tables_lists_and_notes(monkeypatch):
-    build = _build_module(monkeypatch)
+    build = _script("build", monkeypatch)
     html = """<html><body><div id="docContent"><div class="navheader">Prev Next</div>
     <div class="sect1"><div class="titlepage"><h2 class="title">11.2. Index   Types</h2></div>
     <p>B-trees handle <code class="literal">=</code> and
@@ -97,7 +100,7 @@ def test_converter_keeps_headings_code_tables_lists_and_notes(monkeypatch):
 
 
 def test_committed_markdown_is_what_the_converter_produces(monkeypatch):
-    build = _build_module(monkeypatch)
+    build = _script("build", monkeypatch)
     if not (build.DEFAULT_HTML / "index.html").exists():
         pytest.skip("postgresql-doc-15 is not installed (apt-get install postgresql-doc-15) to rebuild from")
     for name, first in build.CHAPTERS.items():
