@@ -21,6 +21,7 @@ from toolkit.estimate import (
     parse_overlap,
     vector_bytes,
 )
+from toolkit.queries import SAMPLE_DOCS
 from toolkit.sources import read_documents
 from toolkit.tokens import count_tokens
 
@@ -270,3 +271,21 @@ def test_corpus_and_token_options_do_not_mix(tmp_path):
     assert result.exit_code == 1 and "--corpus measures the corpus itself" in result.output
     result = CliRunner().invoke(main, ["estimate", "--tokens", "10M", "--chunker", "markdown:400:40"])
     assert result.exit_code == 1 and "--chunker needs --corpus" in result.output
+
+
+def test_small_to_big_context_counts_the_parents_the_llm_reads():
+    spec = "sentence:60:0:parent=markdown:400:0"
+    result = CliRunner().invoke(
+        main,
+        ["estimate", "--corpus", str(SAMPLE_DOCS / "row-security.md"), "--chunker", spec, "--format", "json"],
+    )
+    assert result.exit_code == 0, result.output
+    row = json.loads(result.output)["rows"][0]
+    (document,) = read_documents([str(SAMPLE_DOCS / "row-security.md")])
+    produced = get_chunker(spec).chunk(document.text, document.doc_id)
+    children = [c for c in produced if not c.is_parent]
+    parents = [c for c in produced if c.is_parent]
+    assert parents and row["chunks"] == len(children)  # only children are embedded and stored as vectors
+    assert row["embedded_tokens"] == sum(c.token_count for c in children)
+    mean_parent = sum(c.token_count for c in parents) / len(parents)
+    assert row["context_tokens_per_query"] == round(5 * mean_parent)

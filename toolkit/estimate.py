@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from toolkit.errors import InputError
 
-# Bytes one vector takes per storage type, before pgvector's 8-byte header, the HNSW graph and replicas.
+# Vector storage types; vector_bytes() gives their raw size (before pgvector's 8-byte header, the HNSW graph, replicas).
 STORAGE_TYPES = ("float32", "halfvec", "int8", "binary")
 
 _SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000, "g": 1_000_000_000}
@@ -302,12 +302,17 @@ def estimate_corpus(
         raise InputError("No readable documents were found under the --corpus path(s); point it at text files.")
     tokens = sum(count_tokens(document.text) for document in documents)
     rows = []
+    notes = [RAW_VECTORS_NOTE, "Context per query is k times the mean tokens of the chunks actually produced."]
     for spec in chunker_specs:
         chunker = get_chunker(spec)
-        chunk_list = [c for document in documents for c in chunker.chunk(document.text, document.doc_id)]
-        chunk_list = [c for c in chunk_list if not getattr(c, "is_parent", False)]
+        produced = [c for document in documents for c in chunker.chunk(document.text, document.doc_id)]
+        chunk_list = [c for c in produced if not c.is_parent]  # small-to-big parents are not embedded
+        parents = [c for c in produced if c.is_parent]
         embedded = sum(c.token_count for c in chunk_list)
         mean = embedded / len(chunk_list) if chunk_list else 0.0
+        if parents:  # small-to-big: the LLM reads the parent of each retrieved child (at most k of them)
+            mean = sum(c.token_count for c in parents) / len(parents)
+            notes.append(f"{spec}: context per query counts k parents (mean {mean:,.0f} tokens), not the children.")
         size, overlap = _spec_size(spec)
         for dim in dims:
             for kind in storage:
@@ -324,10 +329,6 @@ def estimate_corpus(
                         chunker=spec,
                     )
                 )
-    notes = [
-        RAW_VECTORS_NOTE,
-        "Context per query is k times the mean tokens of the chunks actually produced.",
-    ]
     if skipped:
         notes.append(f"Skipped {len(skipped)} file(s) that could not be read: " + "; ".join(skipped[:5]))
     return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows), documents=len(documents), notes=tuple(notes))

@@ -126,7 +126,7 @@ def render_table(result: lib.Estimate) -> str:
     p = result.pricing
     corpus = f"{result.tokens:,} tokens" if result.tokens is not None else "chunk count given"
     if result.documents is not None:
-        corpus += f" in {result.documents:,} documents"
+        corpus += f" in {result.documents:,} document{'s' if result.documents != 1 else ''}"
     prices = f"USD per M tokens: embedding {p.embed_price:.2f}, input {p.input_price:.2f}"
     assumptions = f"corpus: {corpus}; k = {p.k}; {prices}"
     if p.system_prompt_tokens or p.question_tokens:
