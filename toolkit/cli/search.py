@@ -1,0 +1,72 @@
+"""`toolkit search`: the active version's best chunks (or their parents / windows) for a question."""
+
+from __future__ import annotations
+
+import click
+
+from toolkit.cli._context import open_database
+from toolkit.cli._output import FORMAT_OPTION, emit
+
+COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
+
+
+@click.command()
+@click.argument("question")
+@click.option("--tenant", required=True, help="Search this tenant's chunks (row-level security applies).")
+@click.option("-k", "k", type=click.IntRange(1, 250), default=5, show_default=True, help="Results to return.")
+@click.option("--hybrid", is_flag=True, help="Fuse full-text and vector ranks (finds codes and identifiers).")
+@click.option("--expand", metavar="parent|window:N", help="Return each hit's parent, or N chunks on each side.")
+@click.option(
+    "--filter",
+    "filters",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels; repeatable.",
+)
+@click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
+@click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this search (default 40).")
+@FORMAT_OPTION
+def search(question, tenant, k, hybrid, expand, filters, principals, ef_search, output_format) -> None:
+    """Search the active version for QUESTION, embedded with the active model (and its query prefix).
+
+    Prints rank, score, heading path, document, character span and text.
+    """
+    from toolkit.search import parse_filters
+    from toolkit.search import search as run_search
+
+    _, conn = open_database()
+    with conn:
+        hits = run_search(
+            conn,
+            question,
+            tenant,
+            k,
+            hybrid=hybrid,
+            expand=expand,
+            filters=parse_filters(filters),
+            principals=principals,
+            ef_search=ef_search,
+        )
+    if output_format == "json":
+        emit([hit.as_dict() for hit in hits], "json")
+        return
+    rows = [
+        {
+            "rank": hit.rank,
+            "score": hit.score,
+            "heading_path": " > ".join(hit.heading_path),
+            "doc_id": hit.doc_id,
+            "span": f"{hit.start}-{hit.end}",
+            "text": _one_line(hit.text),
+        }
+        for hit in hits
+    ]
+    emit(rows, "table", COLUMNS)
+
+
+def _one_line(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+commands = [search]
