@@ -79,7 +79,8 @@ class LiveVersion:
         if self._chunker is None:
             from toolkit.chunking import get_chunker
 
-            chunker = get_chunker(self.chunker_spec)
+            # The embedder bounds chunks by the model's own input limit, counted with its own tokenizer.
+            chunker = get_chunker(self.chunker_spec, embedder=self.embedder)
             if chunker.version != self.chunker_version:
                 raise StateError(
                     f"Version {self.version} was chunked with {self.chunker_version}, but this toolkit's "
@@ -221,7 +222,7 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
     """Writes rows with binary COPY (the fastest path into PostgreSQL)."""
     if not rows:
         return
-    from pgvector import HalfVector
+    from pgvector.utils import HalfVector
 
     query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
         target.table, sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
@@ -372,7 +373,7 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
         for root, doc, digest in work:
             conn.execute(
                 "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
-                " access_labels, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s))"
+                " access_labels, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
                 " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
                 " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
                 " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"

@@ -41,7 +41,7 @@ class Progress:
         self.done = 0
         self.extra: dict[str, str] = {}
         self.started = time.monotonic()
-        self._last = 0.0
+        self._last = self.started
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._interval = 0.1 if self._tty else log_interval
 

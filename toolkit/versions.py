@@ -77,6 +77,11 @@ def create_version_index(conn: psycopg.Connection, version: int, maintenance_wor
         return conn.execute("SELECT toolkit.create_version_index(%s)", (version,)).fetchone()[0]
 
 
+def version_pending_rows(conn: psycopg.Connection, version: int) -> int:
+    """Rows of the version still waiting for an embedding (the backfill work queue)."""
+    return _scalar(conn, "SELECT toolkit.version_pending_rows(%s)", (version,))
+
+
 def mark_version_ready(conn: psycopg.Connection, version: int) -> None:
     _scalar(conn, "SELECT toolkit.mark_version_ready(%s)::text", (version,))
 

@@ -1,0 +1,247 @@
+"""The model-migration lifecycle: `toolkit backfill`, `verify`, `cutover`, `rollback`, `retire`."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import click
+
+from toolkit.cli._output import FORMAT_OPTION, emit, to_json
+
+VERSION_OPTIONS = [
+    click.option("--model", "model_alias", metavar="ALIAS", help="The model alias of the version."),
+    click.option(
+        "--chunker", "chunker_spec", metavar="SPEC", help="Its chunker spec, if the model has several versions."
+    ),
+    click.option("--version", "version", type=int, help="The version number instead of --model/--chunker."),
+]
+
+
+def version_options(function):
+    for option in reversed(VERSION_OPTIONS):
+        function = option(function)
+    return function
+
+
+@click.command(short_help="Build (or resume) a version for a model and chunker.")
+@click.option(
+    "--model", "model_alias", required=True, metavar="ALIAS", help="Registered model alias (toolkit model add)."
+)
+@click.option("--chunker", "chunker_spec", default="markdown:400:40", show_default=True, help="Chunker spec.")
+@click.option("--resume", is_flag=True, help="Continue a version that is already building.")
+@click.option("--batch-size", default=64, show_default=True, help="Rows per embedding batch (committed whole).")
+@click.option("--rate", "requests_per_minute", type=float, help="At most this many embedding requests per minute.")
+@click.option("--tpm", "tokens_per_minute", type=float, help="At most this many tokens per minute.")
+@click.option("--max-cost", type=float, metavar="USD", help="Stop before the estimated spend would pass this.")
+@click.option("--workers", default=1, show_default=True, help="Parallel embedding workers (for remote models).")
+@click.option("--storage", type=click.Choice(["vector", "halfvec"]), default="vector", show_default=True)
+@click.option("--dims", "dimensions", type=int, help="Store fewer dimensions (models that support shortening only).")
+@FORMAT_OPTION
+def backfill(
+    model_alias,
+    chunker_spec,
+    resume,
+    batch_size,
+    requests_per_minute,
+    tokens_per_minute,
+    max_cost,
+    workers,
+    storage,
+    dimensions,
+    output_format,
+) -> None:
+    """Chunk every stored document into the version for (--model, --chunker) and embed what is pending.
+
+    The database is the work queue, so --resume continues after a crash, Ctrl-C or reboot. Ctrl-C stops
+    cleanly after the current batch; a second Ctrl-C aborts it (the batch is rolled back). At the end the HNSW
+    index is built and the version becomes ready.
+    """
+    from toolkit.backfill import backfill as run
+    from toolkit.cli._context import open_database
+    from toolkit.progress import Progress
+
+    db, conn = open_database()
+    conn.close()
+    stop = threading.Event()
+
+    def interrupt(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        click.echo("\ntoolkit: stopping after the current batch (Ctrl-C again to abort it)…", err=True)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        report = run(
+            db.url,
+            model_alias,
+            chunker_spec,
+            resume=resume,
+            batch_size=batch_size,
+            requests_per_minute=requests_per_minute,
+            tokens_per_minute=tokens_per_minute,
+            max_cost=max_cost,
+            workers=workers,
+            storage=storage,
+            dimensions=dimensions,
+            stop=stop,
+            progress=Progress("backfill", unit="rows", quiet=output_format == "json" and not sys.stderr.isatty()),
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if output_format == "json":
+        click.echo(to_json(report.as_dict()))
+    else:
+        click.echo(
+            f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
+            f"{report.documents_chunked} documents chunked, {report.rows_embedded} rows embedded, "
+            f"{report.tokens:,} tokens, estimated ${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
+        )
+        if report.index_seconds is not None:
+            click.echo(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
+    if report.stopped:
+        reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
+        click.echo(
+            f"Stopped: {reason}. Continue with: toolkit backfill --model {model_alias} "
+            f"--chunker {chunker_spec} --resume",
+            err=True,
+        )
+        sys.exit(3 if report.stopped == "max-cost" else 130)
+
+
+@click.command(short_help="Score a version on labelled queries against the active one; gate it.")
+@version_options
+@click.option(
+    "--queries",
+    "queries_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help='Labelled queries (JSONL): {"query": …, "answers": [{"doc_id": …, "text": …}]}.',
+)
+@click.option("-k", "k", default=5, show_default=True, help="Retrieve this many chunks per query.")
+@click.option("--tenant", help="The tenant whose documents the queries are about (needed if several).")
+@click.option("--min-recall", type=float, help="Fail below this recall@k.")
+@click.option(
+    "--max-drop",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Fail when recall@k is more than this below the active version's.",
+)
+@FORMAT_OPTION
+def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, max_drop, output_format) -> None:
+    """Run the labelled queries against the candidate and the active version through the SQL applications use.
+
+    Reports recall@k, MRR, nDCG@k and span recall/precision/IoU side by side, the queries the candidate wins
+    and loses, stores the result, and exits 1 when the gate fails.
+    """
+    from toolkit.cli._context import open_database
+    from toolkit.cutover import resolve_version
+    from toolkit.verify import verify as run
+
+    _, conn = open_database()
+    with conn:
+        candidate = resolve_version(
+            conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby", "active")
+        )
+        report = run(conn, candidate, queries_path, k=k, tenant=tenant, min_recall=min_recall, max_drop=max_drop)
+    if output_format == "json":
+        click.echo(to_json(report.as_dict()))
+    else:
+        rows = []
+        for label, side in (("candidate", report.candidate), ("active", report.baseline)):
+            if side is None:
+                continue
+            m = side.metrics
+            rows.append(
+                {
+                    "": label,
+                    "version": side.version,
+                    "model": side.model_alias,
+                    f"recall@{k}": m.recall,
+                    "MRR": m.mrr,
+                    f"nDCG@{k}": m.ndcg,
+                    "span_recall": m.span_recall,
+                    "span_precision": m.span_precision,
+                    "span_IoU": m.span_iou,
+                }
+            )
+        emit(rows, "table")
+        click.echo(
+            f"{report.candidate.metrics.queries} queries, tenant {report.tenant}; "
+            f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
+        )
+        for query in report.losses[:10]:
+            click.echo(f"  lost: {query}")
+        for query in report.wins[:10]:
+            click.echo(f"  won:  {query}")
+        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.reasons)
+        click.echo(f"Gate {verdict} (evaluation {report.evaluation_id}).")
+    if not report.passed:
+        sys.exit(1)
+
+
+@click.command(short_help="Make a verified version live (swap active_chunks).")
+@version_options
+@click.option("--force", is_flag=True, help="Skip the verification gate (recorded in the audit log).")
+@click.option("--reason", help="Recorded in toolkit.cutovers.")
+def cutover(model_alias, chunker_spec, version, force, reason) -> None:
+    """Swap active_chunks to the version in one transaction; the previous active version becomes standby.
+
+    Requires a passing `toolkit verify` newer than the version's last change, unless --force.
+    """
+    from toolkit import versions
+    from toolkit.cli._context import open_database
+    from toolkit.cutover import resolve_version
+
+    _, conn = open_database()
+    with conn:
+        target = resolve_version(conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby"))
+        previous = versions.active_version(conn)
+        versions.activate_version(conn, target, force=force, reason=reason)
+    click.echo(f"Version {target} is active" + (f"; version {previous} is on standby." if previous else "."))
+
+
+@click.command(short_help="Go back to the standby version in one transaction.")
+@click.option("--reason", help="Recorded in toolkit.cutovers.")
+def rollback(reason) -> None:
+    """Swap active_chunks back to the version the active one replaced (which must still be on standby)."""
+    from toolkit import versions
+    from toolkit.cli._context import open_database
+
+    _, conn = open_database()
+    with conn:
+        current = versions.active_version(conn)
+        versions.rollback_version(conn, reason=reason)
+        restored = versions.active_version(conn)
+    click.echo(f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it).")
+
+
+@click.command(short_help="Drop standby and abandoned versions past the rollback window.")
+@click.option("--older-than", default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0.")
+@click.option("--version", "version", type=int, help="Retire this one version now (never the active one).")
+@click.option("--dry-run", is_flag=True, help="List what would be retired.")
+def retire(older_than, version, dry_run) -> None:
+    """Retire (drop the tables of) standby and abandoned versions whose state is older than --older-than.
+
+    The active version is never retired.
+    """
+    from toolkit import versions
+    from toolkit.cli._context import open_database
+    from toolkit.cutover import parse_duration, retire_old_versions
+
+    _, conn = open_database()
+    with conn:
+        if version is not None:
+            if not dry_run:
+                versions.retire_version(conn, version, reason="toolkit retire --version")
+            retired = [version]
+        else:
+            retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
+    verb = "Would retire" if dry_run else "Retired"
+    click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
+
+
+commands = [backfill, verify, cutover, rollback, retire]

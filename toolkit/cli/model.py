@@ -1,0 +1,101 @@
+"""`toolkit model add|list`: the registry of embedding models by alias."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from toolkit.cli._output import FORMAT_OPTION, emit
+
+PROVIDERS = ["openai", "sentence-transformers", "e5", "hashing"]
+
+
+@click.group()
+def model() -> None:
+    """Register and list embedding models (aliases such as v1, v2)."""
+
+
+@model.command()
+@click.argument("alias")
+@click.option("--provider", type=click.Choice(PROVIDERS), required=True, help="Where the model runs.")
+@click.option(
+    "--name", "name", required=True, help="Model name or path (e.g. all-MiniLM-L6-v2, text-embedding-3-small)."
+)
+@click.option("--dims", type=int, help="Expected dimensions (checked by a probe), or fewer for a shortening model.")
+@click.option(
+    "--base-url", help="OpenAI-compatible server URL (openai provider). The API key comes from OPENAI_API_KEY."
+)
+@click.option("--query-prefix", help="Text put before every query (e.g. 'query: ').")
+@click.option("--document-prefix", help="Text put before every document chunk.")
+@click.option("--max-input-tokens", type=int, help="The model's input limit, if not known to the toolkit.")
+@click.option("--supports-shortening", is_flag=True, help="The model may be truncated to fewer dimensions.")
+@click.option("--distance", type=click.Choice(["cosine", "l2", "inner_product"]), default="cosine", show_default=True)
+@click.option("--price", "price", type=float, default=0.0, show_default=True, help="USD per million input tokens.")
+def add(
+    alias,
+    provider,
+    name,
+    dims,
+    base_url,
+    query_prefix,
+    document_prefix,
+    max_input_tokens,
+    supports_shortening,
+    distance,
+    price,
+) -> None:
+    """Register ALIAS for a model; the model is probed once to confirm its dimensions."""
+    from toolkit.cli._context import open_database
+    from toolkit.models import register_model
+
+    _, conn = open_database()
+    with conn:
+        registered = register_model(
+            conn,
+            alias,
+            provider,
+            name,
+            dimensions=dims,
+            base_url=base_url,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
+            max_input_tokens=max_input_tokens,
+            supports_shortening=supports_shortening,
+            distance=distance,
+            price_per_million_tokens=price,
+        )
+    click.echo(
+        f"Registered {registered.alias}: {registered.provider}:{registered.model_name}, "
+        f"{registered.dimensions} dimensions, input limit {registered.max_input_tokens} tokens."
+    )
+
+
+@model.command(name="list")
+@FORMAT_OPTION
+def list_(output_format: str) -> None:
+    """List the registered models."""
+    from toolkit.cli._context import open_database
+    from toolkit.models import list_models
+
+    _, conn = open_database()
+    with conn:
+        rows = [dataclasses.asdict(m) for m in list_models(conn)]
+    emit(
+        rows,
+        output_format,
+        [
+            "alias",
+            "provider",
+            "model_name",
+            "dimensions",
+            "distance",
+            "max_input_tokens",
+            "query_prefix",
+            "price_per_million_tokens",
+            "base_url",
+        ],
+    )
+
+
+commands = [model]
