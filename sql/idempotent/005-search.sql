@@ -8,6 +8,9 @@ SET LOCAL ROLE toolkit_owner;
 SELECT
     set_config('toolkit.saved_search_path', current_setting('search_path'), TRUE) AS saved,
     set_config('search_path', toolkit._vector_schema() || ', pg_catalog', TRUE) AS search_path;
+-- Load pgvector's library so its settings are defined: only a superuser may name a setting of a library
+-- not loaded yet (a placeholder) in a function's SET clause, as the search functions do.
+SELECT vector_dims('[1]'::vector) AS library_loaded;
 
 -- Returns the active version's search settings; refuses a query vector or model that does not match it.
 CREATE OR REPLACE FUNCTION toolkit._search_target(query_embedding vector, declared_model text)
