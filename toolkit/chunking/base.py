@@ -111,14 +111,15 @@ class Document:
         is far from the budget either way."""
         if self.unit == "chars":
             return end - start <= budget
+        estimate = self.estimate(start, end, heading_path, context)
+        if estimate < budget - 16 or estimate > 2 * budget + 16:
+            return estimate < budget - 16
+        # Close to the budget: count exactly, as the chunk will be stored (whitespace trimmed).
         text = self.text
         while start < end and text[start].isspace():
             start += 1
         while end > start and text[end - 1].isspace():
             end -= 1
-        estimate = self.estimate(start, end, heading_path, context)
-        if estimate < budget - 16 or estimate > 2 * budget + 16:
-            return estimate < budget - 16
         return self.measure(start, end, heading_path, context) <= budget
 
     def measure(self, start: int, end: int, heading_path: tuple[str, ...] = (), context: str = "") -> int:

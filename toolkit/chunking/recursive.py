@@ -97,11 +97,11 @@ class _Splitter:
         if level >= len(self.separators):
             self.split_characters(start, end)
             return
-        cuts = [
-            m.end()
-            for m in self.separators[level].finditer(self.text, start, end)
-            if start < m.end() < end and self.allowed(m.end())
-        ]
+        cuts = [m.end() for m in self.separators[level].finditer(self.text, start, end)]
+        if cuts and cuts[-1] >= end:
+            cuts.pop()
+        if self.protected and not self.ignore_protection:
+            cuts = [cut for cut in cuts if self.allowed(cut)]
         if not cuts:
             self.split(start, end, level + 1)
             return
