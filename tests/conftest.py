@@ -123,7 +123,7 @@ def make_model(conn):
             Model(
                 alias=alias,
                 provider=kwargs.pop("provider", "hashing"),
-                model_name=kwargs.pop("model_name", f"hashing-{dimensions}"),
+                model_name=kwargs.pop("model_name", str(dimensions)),
                 dimensions=dimensions,
                 max_input_tokens=kwargs.pop("max_input_tokens", 8192),
                 **kwargs,

@@ -62,7 +62,7 @@ def test_the_active_model_is_exposed_to_applications(conn, make_model):
             "SELECT version, model_alias, provider, model_name, dimensions, distance, storage, query_prefix"
             " FROM toolkit.active_model()"
         ).fetchone()
-        assert row == (v, "m1", "hashing", "hashing-8", 8, "cosine", "vector", "query: ")
+        assert row == (v, "m1", "hashing", "8", 8, "cosine", "vector", "query: ")
         assert conn.execute("SELECT toolkit.active_version()").fetchone()[0] == v
 
 

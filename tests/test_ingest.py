@@ -1,0 +1,197 @@
+"""Ingest on a real database: dual-write to live versions, zero requests for an unchanged corpus, only changed
+chunks re-embedded (counted at a real HTTP server), prune, bad files, and a version being built."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from fault_server import FaultServer
+
+from toolkit import versions
+from toolkit.cli import main
+from toolkit.errors import InputError
+from toolkit.ingest import ingest
+from toolkit.models import register_model
+
+SECTIONS = {
+    "refunds.md": "# Returns\n\n## Refunds\n\n"
+    + " ".join(f"Refund rule {i} applies to parcels." for i in range(60))
+    + "\n\n## Shipping\n\n"
+    + " ".join(f"Shipping fact {i} about carriers." for i in range(60))
+    + "\n",
+    "support.md": "# Support\n\n" + "\n\n".join(f"Paragraph {i}: chat support is open on weekdays." for i in range(30)),
+    "sub/passwords.md": "# Passwords\n\nA reset link is emailed to you and stays valid for 15 minutes.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    process = FaultServer(dims=16)
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    root = tmp_path / "corpus"
+    for name, text in SECTIONS.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def remote(conn, server, monkeypatch):
+    """A model served over HTTP by the test suite's OpenAI-compatible server, which counts requests."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    server.reset()
+    register_model(conn, "remote", "openai", "test-model", dimensions=16, base_url=server.url)
+    server.reset()
+    return server
+
+
+def chunk_count(conn, version: int, doc_id: str | None = None) -> int:
+    query = f"SELECT count(*) FROM toolkit.chunks_v{version}"
+    if doc_id:
+        return conn.execute(query + " WHERE doc_id = %s", (doc_id,)).fetchone()[0]
+    return conn.execute(query).fetchone()[0]
+
+
+def test_chunks_are_exact_spans_of_the_stored_text_in_every_live_version(conn, corpus, make_model):
+    make_model("h1", 16)
+    make_model("h2", 32)
+    v1 = versions.create_version(conn, "h1", "markdown:60:6", "markdown:60:6@1")
+    v2 = versions.create_version(conn, "h2", "sentence:40:1", "sentence:40:1@1")
+    report = ingest(conn, [corpus], "acme")
+    assert (report.new, report.failed, report.versions) == (3, [], [v1, v2])
+    for v in (v1, v2):
+        assert chunk_count(conn, v) > 3
+        mismatched = conn.execute(
+            f"SELECT count(*) FROM toolkit.chunks_v{v} c JOIN toolkit.documents d USING (tenant, doc_id)"
+            " WHERE substr(d.raw_text, c.start_offset + 1, c.end_offset - c.start_offset) <> c.text"
+            " OR c.embedding IS NULL"
+        ).fetchone()[0]
+        assert mismatched == 0
+    assert {r[0] for r in conn.execute(f"SELECT doc_id FROM toolkit.chunks_v{v1}")} == set(SECTIONS)
+
+
+def test_unchanged_corpus_sends_zero_requests_and_an_edit_reembeds_only_changed_chunks(conn, corpus, remote):
+    v = versions.create_version(conn, "remote", "markdown:60:0", "markdown:60:0@1")
+    first = ingest(conn, [corpus], "acme")
+    assert remote.requests > 0 and first.embedded == chunk_count(conn, v)
+    remote.reset()
+    again = ingest(conn, [corpus], "acme")
+    assert (again.unchanged, again.embedded, remote.requests) == (3, 0, 0)
+
+    before = {r[0]: r[1] for r in conn.execute(f"SELECT chunk_id, content_hash FROM toolkit.chunks_v{v}")}
+    path = corpus / "refunds.md"
+    path.write_text(path.read_text().replace("Shipping fact 59 about carriers.", "Shipping fact 59 was edited."))
+    remote.reset()
+    edited = ingest(conn, [corpus], "acme")
+    after = {r[0]: r[1] for r in conn.execute(f"SELECT chunk_id, content_hash FROM toolkit.chunks_v{v}")}
+    new_texts = set(after.values()) - set(before.values())
+    assert edited.changed == 1 and edited.unchanged == 2
+    assert len(new_texts) == 1, "only the chunk holding the edited sentence has new text"
+    assert edited.embedded == 1 and edited.reused == chunk_count(conn, v, "refunds.md") - 1
+    log = remote.stats()["log"]
+    assert len(log) == 1 and log[0]["inputs"] == 1, "one request carrying the one changed chunk"
+
+
+def test_prune_removes_deleted_files_from_every_version(conn, corpus, make_model):
+    make_model("h1", 16)
+    make_model("h2", 16)
+    v1 = versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    v2 = versions.create_version(conn, "h2", "markdown:60:0", "markdown:60:0@1")
+    ingest(conn, [corpus], "acme")
+    ingest(conn, [corpus], "other")
+    (corpus / "support.md").unlink()
+    without_prune = ingest(conn, [corpus], "acme")
+    assert without_prune.deleted == 0 and chunk_count(conn, v1, "support.md") > 0
+    report = ingest(conn, [corpus], "acme", prune=True)
+    assert report.deleted == 1
+    for v in (v1, v2):
+        assert (
+            conn.execute(
+                f"SELECT count(*) FROM toolkit.chunks_v{v} WHERE tenant = 'acme' AND doc_id = 'support.md'"
+            ).fetchone()[0]
+            == 0
+        )
+        assert (
+            conn.execute(
+                f"SELECT count(*) FROM toolkit.chunks_v{v} WHERE tenant = 'other' AND doc_id = 'support.md'"
+            ).fetchone()[0]
+            > 0
+        )
+    assert conn.execute("SELECT count(*) FROM toolkit.documents WHERE tenant = 'acme'").fetchone()[0] == 2
+
+
+def test_bad_files_are_reported_and_leave_nothing_behind(conn, corpus, make_model, database_url):
+    make_model("h1", 16)
+    v = versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    (corpus / "binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    (corpus / "latin1.md").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (corpus / "nul.txt").write_bytes(b"text with a \x00 NUL byte")
+    (corpus / "empty.md").write_text("")
+    result = CliRunner().invoke(
+        main, ["--database-url", database_url, "ingest", str(corpus), "--tenant", "acme", "--format", "json"]
+    )
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    failed = {f["source"].rsplit("/", 1)[-1]: f["reason"] for f in report["failed"]}
+    assert set(failed) == {"binary.md", "latin1.md", "nul.txt", "empty.md"}
+    assert all(reason for reason in failed.values())
+    assert report["new"] == 3
+    stored = {r[0] for r in conn.execute("SELECT doc_id FROM toolkit.documents")}
+    assert stored == set(SECTIONS)
+    assert {r[0] for r in conn.execute(f"SELECT DISTINCT doc_id FROM toolkit.chunks_v{v}")} == set(SECTIONS)
+
+
+def test_ingest_while_a_version_is_building_lands_in_both(conn, corpus, make_model):
+    make_model("h1", 16)
+    make_model("h2", 16)
+    live = versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    ingest(conn, [corpus], "acme")
+    versions.create_version_index(conn, live)
+    versions.mark_version_ready(conn, live)
+    versions.activate_version(conn, live, force=True)
+    building = versions.create_version(conn, "h2", "markdown:60:0", "markdown:60:0@1")
+    (corpus / "new.md").write_text("# New\n\nA document written during the backfill of the next version.\n")
+    report = ingest(conn, [corpus], "acme")
+    assert report.new == 1 and report.versions == [live, building]
+    for v in (live, building):
+        assert chunk_count(conn, v, "new.md") == 1
+    assert (
+        conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (building,)).fetchone()[0] == "building"
+    )
+
+
+@pytest.mark.parametrize("tenant", ["", "   ", "bad\nname", "x" * 300])
+def test_unusable_tenants_are_refused_before_anything_is_written(conn, corpus, tenant):
+    with pytest.raises(InputError, match="tenant"):
+        ingest(conn, [corpus], tenant)
+    assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 0
+
+
+def test_a_missing_path_is_an_error_and_prune_deletes_nothing(conn, corpus, make_model, tmp_path):
+    make_model("h1", 16)
+    versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    ingest(conn, [corpus], "acme")
+    with pytest.raises(InputError, match="does not exist"):
+        ingest(conn, [tmp_path / "nope"], "acme", prune=True)
+    assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 3
+
+
+def test_access_labels_are_written_to_the_chunks(conn, corpus, make_model):
+    make_model("h1", 16)
+    v = versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    ingest(conn, [corpus], "acme", acl=["hr", "finance"])
+    labels = {tuple(r[0]) for r in conn.execute(f"SELECT DISTINCT access_labels FROM toolkit.chunks_v{v}")}
+    assert labels == {("finance", "hr")}
+    relabel = ingest(conn, [corpus], "acme", acl=["hr"])
+    assert relabel.changed == 3 and relabel.embedded == 0
+    labels = {tuple(r[0]) for r in conn.execute(f"SELECT DISTINCT access_labels FROM toolkit.chunks_v{v}")}
+    assert labels == {("hr",)}
