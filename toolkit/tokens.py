@@ -115,18 +115,13 @@ class Cl100kTokenizer:
         if len(cache) > _CACHE_LIMIT:
             cache.clear()
         counts = list(map(cache.get, segments))
-        if None in counts:
-            encode = self._encoding.encode_ordinary
-            for i, n in enumerate(counts):
-                if n is None:
-                    segment = segments[i]
-                    n = cache.get(segment)
-                    if n is None:
-                        n = len(encode(segment))
-                        if len(segment) <= _CACHED_LENGTH:
-                            cache[segment] = n
-                    counts[i] = n
-        return counts
+        if None not in counts:
+            return counts
+        encode = self._encoding._core_bpe.encode_ordinary  # the Rust call itself: misses are many when cold
+        missing = {segment for segment, n in zip(segments, counts, strict=True) if n is None}
+        found = {segment: len(encode(segment)) for segment in missing}
+        cache.update((segment, n) for segment, n in found.items() if len(segment) <= _CACHED_LENGTH)
+        return [found[segment] if n is None else n for segment, n in zip(segments, counts, strict=True)]
 
     def count(self, text: str) -> int:
         return sum(self._segment_counts(self.segments(text)))
