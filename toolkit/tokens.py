@@ -69,11 +69,22 @@ def _is_exotic(char: str) -> bool:
     return unicodedata.category(char) in ("Nl", "No")
 
 
-def _re_compatible(text: str) -> bool:
-    """Whether `re` character classes agree with the tokenizer's on every character of ``text``."""
+@functools.lru_cache(maxsize=4096)
+def _is_unicode_space(char: str) -> bool:
+    return char.isspace()
+
+
+def _segment_pattern(text: str):
+    """The segment pattern for ``text``, or None when `re` classes disagree with the tokenizer's on
+    some character of it (then the tokenizer's own pre-tokenizer pattern must be used)."""
     if _RISKY_ASCII.search(text):
-        return False
-    return text.isascii() or not any(_is_exotic(c) for c in set(_NON_ASCII.findall(text)))
+        return None
+    if text.isascii():
+        return _SEGMENT_ASCII
+    others = set(_NON_ASCII.findall(text))
+    if any(_is_exotic(c) for c in others):
+        return None
+    return _SEGMENT_UNICODE if any(_is_unicode_space(c) for c in others) else _SEGMENT_ASCII
 
 
 # Segments: a word with the whitespace before it, plus the following whitespace up to its last line
@@ -84,7 +95,6 @@ _SEGMENT_ASCII = re.compile(
     r"[ \t\f\v]*+[^ \t\n\r\f\v]++(?:[ \t\f\v]*+[\r\n])*+|[ \t\f\v]*+[\r\n](?:[ \t\f\v]*+[\r\n])*+|\s++"
 )
 _SEGMENT_UNICODE = re.compile(r"[^\S\r\n]*+\S++(?:[^\S\r\n]*+[\r\n])*+|[^\S\r\n]*+[\r\n](?:[^\S\r\n]*+[\r\n])*+|\s++")
-_NON_ASCII_SPACE = re.compile("[\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 class Cl100kTokenizer:
@@ -99,16 +109,17 @@ class Cl100kTokenizer:
 
     def segments(self, text: str) -> list[str]:
         """Consecutive pieces of ``text`` (they concatenate back to it) that tokenize independently."""
-        if not _re_compatible(text):
+        return self._segments(text, _segment_pattern(text))
+
+    def _segments(self, text: str, pattern) -> list[str]:
+        if pattern is None:
             # Characters where `re` and the tokenizer disagree: use the tokenizer's own pre-tokenizer.
             if self._exact_pattern is None:
                 import regex
 
                 self._exact_pattern = regex.compile(self._encoding._pat_str)
-            return self._exact_pattern.findall(text)
-        if text.isascii() or not _NON_ASCII_SPACE.search(text):
-            return _SEGMENT_ASCII.findall(text)
-        return _SEGMENT_UNICODE.findall(text)
+            pattern = self._exact_pattern
+        return pattern.findall(text)
 
     def _segment_counts(self, segments: list[str]) -> list[int]:
         cache = self._cache
@@ -153,10 +164,11 @@ class SpanCounter:
     def __init__(self, tokenizer: Cl100kTokenizer, text: str):
         self.text = text
         self._tokenizer = tokenizer
-        segments = tokenizer.segments(text)
+        pattern = _segment_pattern(text)
+        segments = tokenizer._segments(text, pattern)
         # Word segments re-synchronise a scan that starts inside them; tokenizer pieces (the fallback for
         # exotic characters) only one that starts at their beginning.
-        self._mid_start_ok = _re_compatible(text)
+        self._mid_start_ok = pattern is not None
         self._offsets = [0, *accumulate(map(len, segments))]
         self._cumulative = [0, *accumulate(tokenizer._segment_counts(segments))]
 
@@ -171,7 +183,9 @@ class SpanCounter:
         offsets = self._offsets
         i = bisect_right(offsets, start) - 1
         j = bisect_right(offsets, end) - 1
-        if i == j or (offsets[i] != start and not self._mid_start_ok):
+        # A span ending in whitespace is counted on its own: at the end of a text, trailing whitespace is
+        # one piece ("\s++$"), which can reach back across a segment boundary.
+        if i == j or self.text[end - 1].isspace() or (offsets[i] != start and not self._mid_start_ok):
             return self._tokenizer.count(self.text[start:end])
         count = self._tokenizer.count_alone
         text = self.text
