@@ -41,7 +41,9 @@ SECTION = "## Search"
 DIMS = 384
 K = 10
 SMALL_SHARE = 0.01
-EF_SEARCH = (40, 64, 100, 200)
+EF_SEARCH = (40, 100, 200, 400, 800)
+# Tables and indexes of both storages fit: latency is not a lottery of which variant warmed the cache.
+SHARED_BUFFERS = "1GB"
 
 
 def clustered_vectors(count: int, rng: np.random.Generator, projection: np.ndarray, centers: np.ndarray):
@@ -79,13 +81,18 @@ class Bench:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             db = database.start_embedded(self.data_dir)
+            with database.connect(db.url, autocommit=True, register_vector=False) as conn:
+                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'")
+            database.stop_embedded(self.data_dir)
+            db = database.start_embedded(self.data_dir)
         self.url = db.url
         migrate.upgrade(self.url)
         self.owner = database.connect(self.url, autocommit=True)  # a superuser: row-level security is bypassed
         self.reader = database.connect(self.url, autocommit=True)
         self.reader.execute("SET ROLE toolkit_reader")
         info = database.check_server(self.owner)
-        self.results.update(server=info["server_version"], pgvector=info["pgvector_version"])
+        buffers = self.owner.execute("SHOW shared_buffers").fetchone()[0]
+        self.results.update(server=info["server_version"], pgvector=info["pgvector_version"], buffers=buffers)
 
     def stop(self) -> None:
         from toolkit import database
@@ -230,9 +237,9 @@ class Bench:
                 "function, 1% tenant": self.truth_small,
             }
             sweep[ef] = {name: recall(found[name], truth[name]) for name in found}
-            sweep[ef]["short"] = sum(len(f) < K for f in found["view, 1% tenant"])
+            sweep[ef]["short"] = sum(len(f) < K for rows in found.values() for f in rows)
             print(
-                f"  ef_search={ef}: " + ", ".join(f"{n} {r:.3f}" for n, r in sweep[ef].items() if n != "short"),
+                f"  ef_search={ef}: " + ", ".join(f"{n} {r:.3f}" for n, r in sweep[ef].items()),
                 flush=True,
             )
         return sweep
@@ -251,12 +258,13 @@ class Bench:
                 run(q)
         samples: dict[str, list[float]] = {name: [] for name in runs}
         names = list(runs)
-        for r in range(rounds):
-            for i, q in enumerate(self.queries):
-                # interleaved, rotating order: load from other work on the machine hits every variant alike
-                shift = (i + r) % len(names)
-                for name in names[shift:] + names[:shift]:
-                    samples[name].append(runs[name](q)[1] * 1000)
+        order = np.random.default_rng(self.seed + 1)
+        for _ in range(rounds):
+            for q in self.queries:
+                # Interleaved, in a random order per query: load from other work on the machine, and any
+                # cache one variant warms for the next, fall on every variant alike.
+                for index in order.permutation(len(names)):
+                    samples[names[index]].append(runs[names[index]](q)[1] * 1000)
         return {name: percentiles(values) for name, values in samples.items()}
 
     def binary_quantization(self, v: int, ef_search: int) -> dict:
@@ -347,7 +355,8 @@ class Bench:
     @staticmethod
     def choose_ef(sweep: dict) -> int:
         for ef in EF_SEARCH:
-            if all(value >= 0.95 for name, value in sweep[ef].items() if name != "short"):
+            # the raw view is reported; applications searching a small tenant use the functions
+            if all(v >= 0.95 for name, v in sweep[ef].items() if name not in ("short", "view, 1% tenant")):
                 return ef
         return EF_SEARCH[-1]
 
@@ -359,7 +368,8 @@ def section(results: dict, rounds: int) -> str:
         SECTION,
         "",
         f"Command: `.venv/bin/python bench/search.py --write` ({time.strftime('%Y-%m-%d')}; {results['seconds']:.0f} s"
-        f" in all). PostgreSQL {results['server']}, pgvector {results['pgvector']}, embedded, default settings;"
+        f" in all). PostgreSQL {results['server']}, pgvector {results['pgvector']}, embedded, default settings"
+        f" except shared_buffers = {results['buffers']};"
         f" {os.cpu_count()} cores shared with other work (1-minute load average {results['load_average']:.1f});"
         f" {platform.machine()}.",
         "",
@@ -391,9 +401,19 @@ def section(results: dict, rounds: int) -> str:
         for ef_value in EF_SEARCH:
             lines.append(f"| {ef_value} | " + " | ".join(f"{sweep[ef_value][n]:.3f}" for n in names) + " |")
         lines.append("")
+    sweep = results["vector"]["recall"]
+    raw = next((e for e in EF_SEARCH if sweep[e]["view, 1% tenant"] >= 0.95), None)
+    short = sum(results[s]["recall"][e]["short"] for s in ("vector", "halfvec") for e in EF_SEARCH)
     lines += [
-        f"`ef_search = {ef}` is the smallest setting that reaches 0.95 everywhere with `vector` storage; the latency"
-        " below uses it. halfvec recall is against the float32 exact answer, so it includes the rounding.",
+        f"`ef_search = {ef}` is the smallest setting at which the whole table, the 99% tenant and the 1% tenant"
+        " through `search_chunks()` all reach 0.95 with `vector` storage; the latency below uses it. The function"
+        " is exact for the 1% tenant because it hands the tenant to the planner as a constant, and the planner"
+        " then reads the tenant's rows through the `(tenant, doc_id)` index and sorts them instead of walking the"
+        " graph. The plain view query cannot tell the planner the tenant's size: it walks the HNSW graph with an"
+        " iterative scan, filtering out 99% of what it finds, and reaches 0.95 "
+        + (f"at ef_search = {raw}." if raw else f"at no ef_search up to {EF_SEARCH[-1]}.")
+        + f" Queries that came back with fewer than 10 rows, over every run above: {short}."
+        " halfvec recall is against the float32 exact answer, so it includes the rounding.",
         "",
         f"### Latency of top-10 (ef_search = {ef}; ms; {rounds} rounds of {results['queries']} queries, interleaved)",
         "",
