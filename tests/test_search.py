@@ -455,3 +455,22 @@ def test_toolkit_search_refuses_bad_options_with_the_fix(conn, database_url, sto
     result = CliRunner().invoke(main, base + args)
     assert result.exit_code == 1
     assert message in result.output
+
+
+def test_a_cutover_is_seen_at_once_and_old_queries_are_refused(conn, make_model):
+    make_model("narrow", 8, model_name="8")
+    make_model("wide", 16, model_name="16")
+    v1 = versions.create_version(conn, "narrow", "fixed:10:0", "fixed:10:0@1")
+    fill_version(conn, v1, 8, {"a": 50})
+    activate(conn, v1)
+    v2 = versions.create_version(conn, "wide", "fixed:10:0", "fixed:10:0@2")
+    fill_version(conn, v2, 16, {"a": 50})
+    activate(conn, v2)
+    hits = search.search(conn, "any question", "a", 5)
+    assert {h.version for h in hits} == {v2} and {h.model_alias for h in hits} == {"wide"}
+    assert all(h.chunk_ids[0].startswith(f"v{v2}-") for h in hits)
+    # a query embedded for the old version: other dimensions, and other model
+    with pytest.raises(search.ModelMismatchError, match="has 8 dimensions"):
+        search.search(conn, np.ones(8, dtype=np.float32), "a", 5)
+    with pytest.raises(search.ModelMismatchError, match="embedded with model 'narrow'"):
+        search.search(conn, np.ones(16, dtype=np.float32), "a", 5, query_model="narrow")

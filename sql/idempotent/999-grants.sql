@@ -51,6 +51,5 @@ toolkit.search_context,
 toolkit._search_target,
 toolkit._search_tenant,
 toolkit._search_filter_texts,
-toolkit._search_filters,
-toolkit._vector_schema
+toolkit._search_filters
 TO toolkit_reader, toolkit_writer;
