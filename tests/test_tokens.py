@@ -48,7 +48,7 @@ def test_count_matches_tiktoken(text):
     assert count_tokens(text) == len(ENCODING.encode_ordinary(text))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(TEXTS, st.data())
 def test_span_counts_match_tiktoken(text, data):
     counter = default_tokenizer().span_counter(text)
@@ -68,6 +68,23 @@ def test_span_counts_at_word_starts_match_tiktoken(words, data):
     end = data.draw(st.sampled_from([e for e in [*starts, len(text)] if e >= start]))
     counter = default_tokenizer().span_counter(text)
     assert counter.count(start, end) == len(ENCODING.encode_ordinary(text[start:end]))
+
+
+LINES = st.lists(
+    st.sampled_from(["# Title", "Some *text*, here.", "- item one", "```", "x = f(1, 2)  # note", "| a | b |",
+                     "", "  indented", "naïve café 🙂🙂", "日本語の文", "end.\r", "\t\ttabbed", "URL:https://x.io/a?b=1"]),
+    min_size=1, max_size=30,
+).map("\n".join)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(LINES, st.data())
+def test_span_counts_on_markdown_like_lines_match_tiktoken(text, data):
+    counter = default_tokenizer().span_counter(text)
+    for _ in range(5):
+        start = data.draw(st.integers(0, len(text)))
+        end = data.draw(st.integers(start, len(text)))
+        assert counter.count(start, end) == len(ENCODING.encode_ordinary(text[start:end]))
 
 
 def test_other_tokenizers_are_wrapped():

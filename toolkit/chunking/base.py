@@ -114,18 +114,18 @@ class Document:
         estimate = self.estimate(start, end, heading_path, context)
         if estimate < budget - 16 or estimate > 2 * budget + 16:
             return estimate < budget - 16
-        # Close to the budget: count exactly, as the chunk will be stored (whitespace trimmed).
+        return self.measure(start, end, heading_path, context) <= budget
+
+    def measure(self, start: int, end: int, heading_path: tuple[str, ...] = (), context: str = "") -> int:
+        """The size of a span against the budget: characters of the body, or tokens of its embed text
+        (whitespace at either end left out, as chunks are stored trimmed)."""
+        if self.unit == "chars":
+            return end - start
         text = self.text
         while start < end and text[start].isspace():
             start += 1
         while end > start and text[end - 1].isspace():
             end -= 1
-        return self.measure(start, end, heading_path, context) <= budget
-
-    def measure(self, start: int, end: int, heading_path: tuple[str, ...] = (), context: str = "") -> int:
-        """The size of a span against the budget: characters of the body, or tokens of its embed text."""
-        if self.unit == "chars":
-            return end - start
         return self.tokens(start, end) + self.prefix_tokens(heading_path, context)
 
     def embed_tokens(self, span: Span) -> int:
