@@ -373,7 +373,8 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
         for root, doc, digest in work:
             conn.execute(
                 "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
-                " access_labels, metadata) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
+                " access_labels, metadata)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
                 " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
                 " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
                 " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
