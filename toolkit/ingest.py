@@ -8,6 +8,7 @@ transaction per batch of documents, so a failure leaves the previous state of th
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,6 +127,8 @@ class IngestReport:
     failed: list[FileFailure] = field(default_factory=list)
     chunks_written: dict[int, int] = field(default_factory=dict)
     embedded: int = 0
+    # Wall time by stage: reading files, chunking + embedding, writing (documents, deletes, COPY).
+    seconds: dict[str, float] = field(default_factory=lambda: {"read": 0.0, "prepare": 0.0, "write": 0.0})
     reused: int = 0
     versions: list[int] = field(default_factory=list)
 
@@ -142,6 +145,7 @@ class IngestReport:
             "embedded": self.embedded,
             "reused_embeddings": self.reused,
             "versions": self.versions,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
 
@@ -299,6 +303,7 @@ def ingest(
     for target in targets:
         target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
 
+    began = time.perf_counter()
     documents, seen_by_root = [], {root: set() for root in roots}
     for path, root in zip(paths, roots, strict=True):
         for item in read_documents([path]):
@@ -310,6 +315,7 @@ def ingest(
             documents.append((root, item))
             seen_by_root[root].add(item.doc_id)
     report.documents = len(documents)
+    report.seconds["read"] = time.perf_counter() - began
     progress = progress or Progress("ingest", unit="documents", quiet=True)
     progress.total = len(documents)
 
@@ -359,6 +365,7 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
     changed_ids = [doc.doc_id for _, doc, _ in work]
 
     # Chunk and embed before the write transaction: model calls can be slow and must not hold locks.
+    began = time.perf_counter()
     rows_by_version = {}
     for target in targets:
         with conn.transaction():
@@ -368,6 +375,8 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
             rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, report)
         rows_by_version[target.version] = rows
 
+    report.seconds["prepare"] += time.perf_counter() - began
+    began = time.perf_counter()
     with translate_errors(), conn.transaction():
         _lock_documents(conn, tenant, changed_ids)
         for root, doc, digest in work:
@@ -401,3 +410,4 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
             report.chunks_written[target.version] = report.chunks_written.get(target.version, 0) + len(
                 rows_by_version[target.version]
             )
+    report.seconds["write"] += time.perf_counter() - began
