@@ -282,3 +282,23 @@ def test_cleaning_keeps_lines_that_repeat_away_from_the_page_edges():
     assert "Manual v2" not in cleaned and "- 2 -" not in cleaned
     assert cleaned.count("Safety first.") == 4  # repeated, but in the middle of each page
     assert all(f"{w} opens the page" in cleaned and f"{w} closes it" in cleaned for w in words)
+
+
+def test_front_matter_is_one_block_and_not_a_heading():
+    text = "---\ntitle: Guide\ntags:\n- a\n- b\n---\n# Guide\n\nBody text.\n"
+    chunks = get_chunker("markdown:400:0:merge=0").chunk(text, "guide.md")
+    assert [(c.heading_path, c.text) for c in chunks] == [
+        ((), "---\ntitle: Guide\ntags:\n- a\n- b\n---"),
+        (("Guide",), "Body text."),
+    ]
+
+
+def test_a_fence_inside_a_list_item_is_not_split():
+    steps = "".join(f"- step {i}: run the command below and check the output carefully\n" for i in range(30))
+    fence = "  ```bash\n" + "".join(f"  make target-{i} && echo done-{i}\n" for i in range(30)) + "  ```\n"
+    text = "# Install\n\n" + steps + "\n" + fence + "\n" + steps
+    chunks = get_chunker("markdown:80:0").chunk(text, "install.md")
+    start = text.index("```bash")
+    end = text.index("  ```\n", start) + len("  ```")
+    assert not any(start < c.start < end or start < c.end < end for c in chunks)
+    assert any(c.text.startswith("```bash") and c.text.endswith("```") and c.atomic for c in chunks)
