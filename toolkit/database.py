@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 from psycopg import errors as pg_errors
 
-from toolkit.errors import DatabaseError, InputError, StateError
+from toolkit.errors import DatabaseError, InputError, ModelMismatchError, StateError
 
 DATABASE_NAME = "toolkit"
 MIN_SERVER_VERSION_NUM = 150000
@@ -170,7 +170,7 @@ def check_server(conn: psycopg.Connection) -> dict:
 
 
 _STATE_CODES = {"55000", "P0001"}
-_INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502"}
+_INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502", "22007"}
 
 
 @contextlib.contextmanager
@@ -185,6 +185,8 @@ def translate_errors() -> Iterator[None]:
         message = diag.message_primary or str(error).strip()
         hint = f" {diag.message_hint}" if diag.message_hint else ""
         text = message[0].upper() + message[1:] + "." + hint if message else str(error)
+        if error.sqlstate == "TK001":
+            raise ModelMismatchError(text) from error
         if error.sqlstate in _STATE_CODES:
             raise StateError(text) from error
         if error.sqlstate in _INPUT_CODES:

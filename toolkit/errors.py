@@ -19,3 +19,7 @@ class StateError(ToolkitError):
 
 class EmbeddingError(ToolkitError):
     """An embedding provider failed or answered something that cannot be stored."""
+
+
+class ModelMismatchError(InputError):
+    """A query vector from another model, or with other dimensions, than the active version's (SQLSTATE TK001)."""

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toolkit.database import translate_errors
-from toolkit.errors import InputError, StateError
+from toolkit.errors import InputError, ModelMismatchError, StateError
 
 FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels")
 # Filters that take several values; the others take one.
@@ -23,10 +23,6 @@ LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
 MODEL_MISMATCH = "TK001"  # the SQLSTATE raised by toolkit._search_target
 READER_ROLE = "toolkit_reader"
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
-
-
-class ModelMismatchError(InputError):
-    """The query was embedded by another model, or has other dimensions, than the active version's."""
 
 
 @dataclass(frozen=True)
