@@ -185,7 +185,9 @@ class Chunker:
 
         result = []
         for span in spans:
-            if span.atomic or document.measure(span.start, span.end, span.heading_path, span.context) <= self.size:
+            # Measured exactly as stored (spans are already trimmed, except fixed windows, which are not).
+            size = span.end - span.start if self.unit == "chars" else document.embed_tokens(span)
+            if span.atomic or size <= self.size:
                 result.append(span)
                 continue
             result.extend(split_range(document, span, self.size))
