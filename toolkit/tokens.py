@@ -146,12 +146,11 @@ class SpanCounter:
         first = _RESYNC.search(text, start, end)
         if first is None:
             return count(text[start:end])
-        last = end
-        while last > first.start() and not _is_resync(text, last):
-            last -= 1
-        head, tail = first.start(), last
+        head, tail = first.start(), _last_resync(text, first.start(), end)
+        if tail is None:
+            return count(text[start:end])
         i, j = self._index(head), self._index(tail)
-        if head >= tail or i is None or j is None:
+        if i is None or j is None:
             return count(text[start:end])
         return (count(text[start:head]) if start < head else 0) + (j - i) + (count(text[tail:end]) if tail < end else 0)
 
@@ -161,11 +160,18 @@ class SpanCounter:
         return bisect_left(offsets, end) - bisect_left(offsets, start)
 
 
-def _is_resync(text: str, position: int) -> bool:
-    if position <= 0 or position >= len(text):
-        return False
-    before, at = text[position - 1], text[position]
-    return (at in " \t" and not before.isspace()) or (before in "\r\n" and not at.isspace())
+def _last_resync(text: str, low: int, end: int) -> int | None:
+    """The last resynchronisation point p with low < p <= end, or None; looks back a little at a time."""
+    stop = min(end + 1, len(text))  # a point at p is matched on the character at p
+    width = 64
+    while True:
+        begin = max(low + 1, end - width)
+        last = None
+        for match in _RESYNC.finditer(text, begin, stop):
+            last = match.start()
+        if last is not None or begin == low + 1:
+            return last
+        width *= 8
 
 
 class _WrappedTokenizer:
