@@ -1,0 +1,439 @@
+"""The model-migration lifecycle, measured on one embedded PostgreSQL: backfill throughput with the hashing embedder
+(the toolkit's own overhead) and with a real model against the same model's bare ``embed_documents`` on the same
+texts; the HNSW index built before loading against after loading (same rows); and the wall time of a cutover
+(``activate_version`` / ``rollback_version``) while 8 reader threads query ``active_chunks`` as ``toolkit_reader``.
+
+Documents are the generated Markdown of bench/ingest.py, stored in ``toolkit.documents`` directly (a backfill
+reads documents from there, not from files). The index comparison and the cutover use the hashing vectors the
+backfill wrote (feature-hashed words of the generated text: not semantic, and not clustered like real embeddings).
+
+    .venv/bin/python bench/lifecycle.py                  # 50k rows: print the table, write bench/results/lifecycle.json
+    .venv/bin/python bench/lifecycle.py --rows 3000 --swaps 10 --real-rows 100     # a smoke test
+
+It runs its own embedded PostgreSQL in a temporary directory under /tmp and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from ingest import (  # noqa: E402 - bench/ingest.py: corpus, server and helpers shared by the two benchmarks
+    CHUNKER,
+    DIMS,
+    RESULTS,
+    TENANT,
+    Server,
+    bare_rate,
+    checkpoint,
+    load_average,
+    markdown_document,
+    register_hashing,
+    stored_rows,
+    vocabulary,
+)
+
+from toolkit.progress import Progress  # noqa: E402
+
+REAL_MODEL = ("minilm", "sentence-transformers", "all-MiniLM-L6-v2")
+READERS = 8
+QUERY = "SELECT version, chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 10"
+
+
+class StageClock(Progress):
+    """A quiet progress that notes when backfill() sets its total (chunking is done, embedding starts) and when
+    it finishes (embedding is done; VACUUM, the index build and the state change follow)."""
+
+    def __init__(self):
+        self.marks: dict[str, float] = {}
+        super().__init__("backfill", unit="rows", quiet=True)
+
+    @property
+    def total(self):
+        return self._total
+
+    @total.setter
+    def total(self, value):
+        self._total = value
+        if value is not None:
+            self.marks["embedding"] = time.perf_counter()
+
+    def finish(self) -> None:
+        self.marks["embedded"] = time.perf_counter()
+        super().finish()
+
+
+def percentile(samples: list[float], share: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def store_documents(url: str, rows: int, seed: int) -> dict:
+    """Stores generated Markdown documents (about ``rows`` chunks) in toolkit.documents, as ingest would."""
+    from toolkit.chunking import get_chunker
+    from toolkit.database import connect
+    from toolkit.ingest import document_hash
+
+    vocab = vocabulary()
+    rng = np.random.default_rng(seed)
+    first = markdown_document(rng, vocab, 0, 100)
+    count = max(1, math.ceil(rows / len(get_chunker(CHUNKER).chunk(first, doc_id="probe"))))
+    size = 0
+    with connect(url) as conn, conn.transaction(), conn.cursor() as cur:
+        for number in range(count):
+            text = first if number == 0 else markdown_document(rng, vocab, number, 100)
+            size += len(text.encode("utf-8"))
+            cur.execute(
+                "INSERT INTO toolkit.documents (tenant, doc_id, source, title, format, raw_text, content_hash)"
+                " VALUES (%s, %s, %s, %s, 'markdown', %s, %s)",
+                (TENANT, f"doc{number:05d}.md", f"doc{number:05d}.md", f"Document {number}", text, document_hash(text)),
+            )
+    return {"documents": count, "bytes": size}
+
+
+def run_backfill(url: str, alias: str, **options) -> dict:
+    """backfill() as ``toolkit backfill`` runs it, with its stages timed."""
+    from toolkit.backfill import backfill
+
+    clock = StageClock()
+    started = time.perf_counter()
+    report = backfill(url, alias, CHUNKER, progress=clock, **options)
+    ended = time.perf_counter()
+    assert report.state == "ready", report
+    chunk_s = clock.marks["embedding"] - started
+    embed_s = clock.marks["embedded"] - clock.marks["embedding"]
+    return {
+        "version": report.version,
+        "rows": report.rows_embedded,
+        "seconds": ended - started,
+        "chunk_s": chunk_s,
+        "embed_s": embed_s,
+        "finalize_s": ended - clock.marks["embedded"],
+        "index_s": report.index_seconds,
+        "rows_per_s": report.rows_embedded / (ended - started),
+        "embed_rows_per_s": report.rows_embedded / embed_s,
+        "batch_size": options.get("batch_size", 64),
+        "load_average": load_average(),
+    }
+
+
+def measure_real_backfill(server: Server, rows: int, repeats: int) -> dict:
+    """A real model: backfill's embedding stage against the same embedder's bare embed_documents on the texts
+    the backfill embedded (bare runs before and after, the model loaded and warm for both)."""
+    from psycopg import sql
+
+    from toolkit.chunking.base import compose_embed_text
+    from toolkit.database import connect
+    from toolkit.models import embedder_for_model, register_model
+
+    alias, provider, name = REAL_MODEL
+    url = server.new_database("bench_real_backfill")
+    documents = store_documents(url, rows, seed=2)
+    with connect(url) as conn:
+        model = register_model(conn, alias, provider, name)
+        conn.commit()
+    embedder = embedder_for_model(model)
+    embedder.embed_documents(["warm up"] * 16)
+    from toolkit.chunking import get_chunker
+
+    chunker = get_chunker(CHUNKER, embedder=embedder)
+    with connect(url) as conn:
+        raw = conn.execute("SELECT doc_id, raw_text FROM toolkit.documents ORDER BY doc_id").fetchall()
+        conn.commit()
+    texts = [c.embed_text for doc_id, text in raw for c in chunker.chunk(text, doc_id=doc_id) if not c.is_parent]
+    rates = bare_rate(embedder, texts, (repeats + 1) // 2)
+    result = run_backfill(url, alias, embedder=embedder)
+    with connect(url) as conn:
+        stored = conn.execute(
+            sql.SQL("SELECT heading_path, context, text FROM toolkit.{} WHERE NOT is_parent").format(
+                sql.Identifier(f"chunks_v{result['version']}")
+            )
+        ).fetchall()
+        conn.commit()
+    assert sorted(compose_embed_text(tuple(h), c, t) for h, c, t in stored) == sorted(texts)
+    rates += bare_rate(embedder, texts, repeats // 2)
+    bare = statistics.median(rates)
+    tokens = [embedder.count_tokens(t) for t in texts]
+    result.update(
+        model=f"{provider}:{name}",
+        documents=documents["documents"],
+        mean_tokens=statistics.mean(tokens),
+        bare_rows_per_s=bare,
+        bare_runs=rates,
+        embed_ratio=result["embed_rows_per_s"] / bare,
+        total_ratio=result["rows_per_s"] / bare,
+        load_average=load_average(),
+    )
+    return result
+
+
+def measure_index_build(url: str, rows: list[tuple]) -> dict:
+    """The same rows loaded by binary COPY into a table whose HNSW index exists already, and into one whose
+    index is built after the load (the backfill's way; maintenance_work_mem 512MB as finalize_version sets it)."""
+    from psycopg import sql
+
+    from toolkit import versions
+    from toolkit.database import connect
+    from toolkit.ingest import _COPY_TYPES, CHUNK_COLUMNS
+
+    def load(conn, version: int) -> float:
+        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier("toolkit", f"chunks_v{version}"), sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+        )
+        checkpoint(conn)
+        started = time.perf_counter()
+        with conn.transaction(), conn.cursor() as cur, cur.copy(query) as copy:
+            copy.set_types([*_COPY_TYPES, "vector"])
+            for row in rows:
+                copy.write_row(row)
+        return time.perf_counter() - started
+
+    out: dict = {"rows": len(rows)}
+    with connect(url, autocommit=True) as conn:
+        before = versions.create_version(conn, "hash384", CHUNKER, "index-before@1")
+        versions.create_version_index(conn, before)
+        out["before"] = {"version": before, "load_s": load(conn, before)}
+        out["before"]["total_s"] = out["before"]["load_s"]
+        after = versions.create_version(conn, "hash384", CHUNKER, "index-after@1")
+        out["after"] = {"version": after, "load_s": load(conn, after)}
+        checkpoint(conn)
+        started = time.perf_counter()
+        versions.create_version_index(conn, after)
+        out["after"]["index_s"] = time.perf_counter() - started
+        out["after"]["total_s"] = out["after"]["load_s"] + out["after"]["index_s"]
+        for version in (before, after):
+            conn.execute(sql.SQL("VACUUM (ANALYZE) toolkit.{}").format(sql.Identifier(f"chunks_v{version}")))
+            versions.mark_version_ready(conn, version)
+    out["speedup"] = out["before"]["total_s"] / out["after"]["total_s"]
+    out["load_average"] = load_average()
+    return out
+
+
+def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: float, pause_s: float) -> dict:
+    """8 readers query active_chunks in a loop (as in tests/test_active_chunks.py) while ``swaps`` swaps run,
+    alternately activate_version(second) and rollback_version(); reader latency without swaps first."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from toolkit import versions
+    from toolkit.database import connect
+
+    conn = connect(url, autocommit=True)
+    versions.activate_version(conn, first, force=True, reason="bench")
+    idle_ms = []  # the same swaps with no reader running, for comparison
+    for i in range(min(swaps, 20)):
+        started = time.perf_counter()
+        if i % 2 == 0:
+            versions.activate_version(conn, second, force=True, reason="bench")
+        else:
+            versions.rollback_version(conn, reason="bench")
+        idle_ms.append((time.perf_counter() - started) * 1000)
+        time.sleep(pause_s)
+    if len(idle_ms) % 2:
+        versions.rollback_version(conn, reason="bench")
+    stop = threading.Event()
+    lock = threading.Lock()
+    samples: list[tuple[float, float]] = []  # (ended at, seconds)
+    errors: list[str] = []
+    mixed = 0
+
+    def reader(seed: int) -> None:
+        nonlocal mixed
+        rng = np.random.default_rng(seed)
+        try:
+            with psycopg.connect(url, autocommit=True) as rconn:
+                register_vector(rconn)
+                rconn.execute("SET ROLE toolkit_reader")
+                while not stop.is_set():
+                    vector = rng.standard_normal(DIMS).astype(np.float32)
+                    started = time.perf_counter()
+                    try:
+                        with rconn.transaction():
+                            rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+                            rows = rconn.execute(QUERY, (vector,)).fetchall()
+                    except psycopg.Error as error:
+                        with lock:
+                            errors.append(f"{type(error).__name__}: {error}".strip())
+                        continue
+                    ended = time.perf_counter()
+                    with lock:
+                        samples.append((ended, ended - started))
+                        if len(rows) != 10 or len({r[0] for r in rows}) != 1:
+                            mixed += 1
+        except BaseException as error:  # a reader that dies is an error too
+            with lock:
+                errors.append(f"{type(error).__name__}: {error}".strip())
+
+    threads = [threading.Thread(target=reader, args=(i,), name=f"reader-{i}") for i in range(READERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # connections made, statements prepared
+    baseline_from = time.perf_counter()
+    time.sleep(baseline_s)
+    swaps_from = time.perf_counter()
+    swap_ms = []
+    for i in range(swaps):
+        started = time.perf_counter()
+        if i % 2 == 0:
+            versions.activate_version(conn, second, force=True, reason="bench")
+        else:
+            versions.rollback_version(conn, reason="bench")
+        swap_ms.append((time.perf_counter() - started) * 1000)
+        time.sleep(pause_s)
+    swaps_to = time.perf_counter()
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    conn.close()
+    baseline = [s * 1000 for ended, s in samples if baseline_from <= ended < swaps_from]
+    during = [s * 1000 for ended, s in samples if swaps_from <= ended <= swaps_to]
+    return {
+        "readers": READERS,
+        "swaps": swaps,
+        "pause_ms": pause_s * 1000,
+        "swap_ms": swap_ms,
+        "swap_p50_ms": statistics.median(swap_ms),
+        "swap_p95_ms": percentile(swap_ms, 0.95),
+        "swap_max_ms": max(swap_ms),
+        "idle_swap_ms": idle_ms,
+        "idle_swap_p50_ms": statistics.median(idle_ms),
+        "idle_swap_max_ms": max(idle_ms),
+        "reader_errors": len(errors),
+        "reader_error_examples": errors[:3],
+        "mixed_or_short_results": mixed,
+        "baseline": {
+            "queries": len(baseline),
+            "p50_ms": statistics.median(baseline),
+            "p95_ms": percentile(baseline, 0.95),
+            "max_ms": max(baseline),
+        },
+        "during_swaps": {
+            "queries": len(during),
+            "p50_ms": statistics.median(during),
+            "p95_ms": percentile(during, 0.95),
+            "max_ms": max(during),
+        },
+        "load_average": load_average(),
+    }
+
+
+def run(args) -> dict:
+    from toolkit.database import connect
+
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "chunker": CHUNKER, "dims": DIMS}
+    with Server("toolkit-bench-lifecycle-") as server:
+        results["server"] = server.settings()
+        results["load_average_start"] = load_average()
+        results["documents"] = store_documents(server.url, args.rows, seed=0)
+        with connect(server.url) as conn:
+            register_hashing(conn)
+            conn.commit()
+        results["hashing"] = run_backfill(server.url, "hash384", batch_size=args.batch_size)
+        print(f"backfill, hashing: {results['hashing']}", flush=True)
+        if not args.skip_real:
+            results["real"] = measure_real_backfill(server, args.real_rows, args.repeats)
+            print(f"backfill, {results['real']['model']}: {results['real']}", flush=True)
+        with connect(server.url) as conn:
+            rows = stored_rows(conn, results["hashing"]["version"])
+            conn.commit()
+        results["index"] = measure_index_build(server.url, rows)
+        del rows
+        print(f"index: {results['index']}", flush=True)
+        results["cutover"] = measure_cutover(
+            server.url,
+            results["index"]["before"]["version"],
+            results["index"]["after"]["version"],
+            args.swaps,
+            args.baseline_seconds,
+            args.pause,
+        )
+        print(f"cutover: { {k: v for k, v in results['cutover'].items() if not k.endswith('swap_ms')} }", flush=True)
+        results["load_average_end"] = load_average()
+    return results
+
+
+def table(results: dict) -> str:
+    hashing, index, cut = results["hashing"], results["index"], results["cutover"]
+    lines = [
+        "| backfill | rows | total s | chunk s | embed s | finalize s (index) | rows/s total | rows/s embed stage |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    runs = [("hashing:384", hashing)]
+    if "real" in results:
+        runs.append((results["real"]["model"], results["real"]))
+    for label, r in runs:
+        lines.append(
+            f"| {label}, batch {r['batch_size']} | {r['rows']:,} | {r['seconds']:.1f} | {r['chunk_s']:.1f} |"
+            f" {r['embed_s']:.1f} | {r['finalize_s']:.1f} ({r['index_s']:.1f}) | {r['rows_per_s']:,.0f} |"
+            f" {r['embed_rows_per_s']:,.1f} |"
+        )
+    if "real" in results:
+        real = results["real"]
+        lines += [
+            "",
+            f"- {real['model']}: bare embed_documents {real['bare_rows_per_s']:.1f} rows/s (runs "
+            + ", ".join(f"{r:.1f}" for r in real["bare_runs"])
+            + f"); backfill embed stage / bare: **{real['embed_ratio']:.2f}×**, whole backfill / bare:"
+            f" {real['total_ratio']:.2f}× (target ≥ 0.9)",
+        ]
+    lines += [
+        "",
+        "| HNSW index, same rows | load s | index s | total s |",
+        "| --- | ---: | ---: | ---: |",
+        f"| created before loading | {index['before']['load_s']:.1f} | – | {index['before']['total_s']:.1f} |",
+        f"| created after loading | {index['after']['load_s']:.1f} | {index['after']['index_s']:.1f} |"
+        f" {index['after']['total_s']:.1f} |",
+        "",
+        f"Cutover: {cut['swaps']} swaps with {cut['readers']} readers: p50 {cut['swap_p50_ms']:.1f} ms,"
+        f" p95 {cut['swap_p95_ms']:.1f} ms, max {cut['swap_max_ms']:.1f} ms (target < 100 ms);"
+        f" reader errors {cut['reader_errors']}, mixed or short results {cut['mixed_or_short_results']}."
+        f" The same swaps with no reader: p50 {cut['idle_swap_p50_ms']:.1f} ms, max {cut['idle_swap_max_ms']:.1f} ms.",
+        "",
+        "| reader latency (ms) | queries | p50 | p95 | max |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, key in (("without swaps", "baseline"), ("during swaps", "during_swaps")):
+        r = cut[key]
+        lines.append(f"| {label} | {r['queries']:,} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['max_ms']:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=50_000, help="about this many chunks for the hashing backfill")
+    parser.add_argument("--batch-size", type=int, default=64, help="backfill batch size (the CLI's default: 64)")
+    parser.add_argument("--real-rows", type=int, default=300, help="about this many chunks for the real model")
+    parser.add_argument("--repeats", type=int, default=2, help="bare embed_documents runs, half before, half after")
+    parser.add_argument("--skip-real", action="store_true", help="skip the real model")
+    parser.add_argument("--swaps", type=int, default=40, help="activate/rollback swaps with readers running")
+    parser.add_argument("--baseline-seconds", type=float, default=5.0, help="reader latency without swaps first")
+    parser.add_argument("--pause", type=float, default=0.1, help="seconds between swaps")
+    args = parser.parse_args()
+    results = run(args)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "lifecycle.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    print()
+    print(table(results))
+    print(f"\nload average: start {results['load_average_start']}, end {results['load_average_end']}")
+    print(f"results: {RESULTS / 'lifecycle.json'}")
+
+
+if __name__ == "__main__":
+    main()
