@@ -1,0 +1,468 @@
+"""Evaluate chunker configurations on labelled queries without a database: chunk, embed, search, score.
+
+For each chunker spec the corpus is chunked, the chunks are embedded through an `EmbeddingCache` (or scored by
+the seed's bag-of-words cosine), the top k are found by exact cosine with numpy, and every metric of
+`toolkit.metrics` is reported beside chunk counts, cut answers and the prompt cost of what was retrieved.
+Small-to-big specs (`parent=` / `window=`) search the children and hand back their parents, merged the way
+`toolkit search --expand` merges them. docs/evaluation.md explains the metrics and how to read the result.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.errors import InputError
+from toolkit.metrics import Span, aggregate, cut_answers, score_query
+from toolkit.queries import LabelledQuery, load_queries
+
+SCORERS = ("embedding", "bow")
+DEFAULT_INPUT_PRICE = 2.0  # USD per million LLM input tokens, the assumption of the 004 cost table
+# Small-to-big: children fetched per context wanted, as toolkit.search_context does (hits sharing a parent
+# collapse into one context).
+HITS_PER_CONTEXT = 4
+
+
+@dataclass
+class Unit:
+    """What a retrieval returns: a chunk, or for small-to-big a context of merged parents."""
+
+    doc_id: str
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass
+class ConfigResult:
+    """One chunker configuration's figures (means over queries unless said otherwise)."""
+
+    spec: str
+    chunker_version: str
+    chunks: int  # units embedded and searched (the children, for small-to-big)
+    parents: int | None  # small-to-big parents (what is handed back), else None
+    mean_chunk_tokens: float
+    mean_chunk_chars: float
+    answers: int  # gold spans over all queries
+    cut_answers: int  # gold spans no single retrievable unit holds whole
+    sentences: int
+    cut_sentences: int  # corpus sentences no single retrievable unit holds whole
+    recall: float  # recall@k
+    mrr: float
+    ndcg: float
+    span_recall: float
+    span_precision: float
+    span_iou: float
+    precision_omega: float | None
+    retrieved_tokens: float  # per query
+    retrieved_chars: float  # per query
+    input_cost_per_query: float  # USD, retrieved tokens only
+    recall_at: list[float] = field(default_factory=list)  # recall@1 ... recall@k
+    hits_at: list[int] = field(default_factory=list)  # queries answered whole at rank <= 1 ... k
+    embedded_texts: int = 0  # texts this configuration sent to the model (not found in the cache)
+    seconds: float = 0.0
+    pareto: bool = False  # on the recall / retrieved-tokens frontier
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EvalReport:
+    """All configurations' results and what they were measured with."""
+
+    model: str | None
+    scorer: str
+    k: int
+    queries: int
+    documents: int
+    input_price: float
+    configs: list[ConfigResult]
+    embedded_texts: int = 0
+    cache_hits: int = 0
+    cache_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "scorer": self.scorer,
+            "k": self.k,
+            "queries": self.queries,
+            "documents": self.documents,
+            "input_price": self.input_price,
+            "embedded_texts": self.embedded_texts,
+            "cache_hits": self.cache_hits,
+            "cache_path": self.cache_path,
+            "configs": [c.to_dict() for c in self.configs],
+            "notes": self.notes,
+        }
+
+
+def split_configs(configs: str | Sequence[str]) -> list[str]:
+    """Chunker specs from a comma-separated list (or several such lists).
+
+    A comma inside a small-to-big ``parent=`` spec (``sentence:60:0:parent=markdown,800,0``) stays with its
+    spec: a piece that does not start with a word and a colon (``800``, ``unit=chars``) continues the previous
+    spec. Specs are checked later, by the chunking module.
+    """
+    texts = [configs] if isinstance(configs, str) else list(configs)
+    specs: list[str] = []
+    starts_spec = re.compile(r"^\s*[A-Za-z][\w-]*\s*:")
+    for text in texts:
+        for piece in text.split(","):
+            if not piece.strip():
+                continue
+            if specs and not starts_spec.match(piece):
+                specs[-1] += "," + piece.strip()
+            else:
+                specs.append(piece.strip())
+    if not specs:
+        raise InputError("Give at least one chunker configuration, e.g. --configs fixed:200:0,markdown:400:40.")
+    duplicates = [spec for spec, n in Counter(specs).items() if n > 1]
+    if duplicates:
+        raise InputError(f"The configuration {duplicates[0]!r} is listed twice; list each one once.")
+    return specs
+
+
+def read_corpus(paths: str | Path | Sequence[str | Path]) -> dict[str, str]:
+    """doc id → text for every readable file under ``paths`` (as `toolkit ingest` would store them)."""
+    from toolkit.sources import SourceError, read_documents
+
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    documents: dict[str, str] = {}
+    for result in read_documents(list(paths)):
+        if isinstance(result, SourceError):
+            continue
+        documents[result.doc_id] = result.text
+    if not documents:
+        shown = ", ".join(map(str, paths)) or "(none)"
+        raise InputError(
+            f"No readable documents were found in --corpus {shown}; point it at a folder of text, Markdown or "
+            "HTML files (doc ids in the query file are paths relative to that folder)."
+        )
+    return documents
+
+
+def evaluate(
+    corpus: str | Path | Sequence[str | Path] | dict[str, str],
+    queries: str | Path | Sequence[LabelledQuery],
+    configs: str | Sequence[str],
+    *,
+    embedder=None,
+    scorer: str = "embedding",
+    k: int = 5,
+    input_price: float = DEFAULT_INPUT_PRICE,
+    cache=None,
+    progress: bool = False,
+) -> EvalReport:
+    """Evaluate each chunker spec of ``configs`` on the labelled ``queries`` over ``corpus``.
+
+    ``corpus`` is paths (read like `toolkit ingest`) or a doc id → text mapping; ``queries`` a JSONL path or
+    loaded queries. ``scorer="embedding"`` needs ``embedder`` (any object with the `Embedder` interface);
+    ``scorer="bow"`` is the seed's bag-of-words cosine and takes none. ``cache`` is an `EmbeddingCache`
+    (a memory-only one is made if omitted); pass the same one to several calls to share vectors.
+    """
+    from toolkit.embedding_cache import EmbeddingCache
+
+    if scorer not in SCORERS:
+        raise InputError(f"Unknown scorer {scorer!r}; use embedding (a model) or bow (the seed's bag of words).")
+    if scorer == "embedding" and embedder is None:
+        raise InputError("The embedding scorer needs a model; pass --model provider:name (e.g. hashing:64) or alias.")
+    if scorer == "bow" and embedder is not None:
+        raise InputError("--scorer bow scores words, not vectors, so --model has no effect; drop one of the two.")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"k (chunks retrieved per query) must be a whole number ≥ 1, not {k!r}.")
+    if not isinstance(input_price, int | float) or input_price < 0 or not math.isfinite(input_price):
+        raise InputError(f"The input price is USD per million tokens and must be ≥ 0, not {input_price!r}.")
+    specs = split_configs(configs)
+    chunkers = {spec: _chunker(spec, embedder) for spec in specs}  # every spec checked before any work
+    documents = dict(corpus) if isinstance(corpus, dict) else read_corpus(corpus)
+    labelled = load_queries(queries, documents) if isinstance(queries, str | Path) else list(queries)
+    if not labelled:
+        raise InputError("There are no labelled queries to evaluate; the query file is empty.")
+    cache = cache if cache is not None else EmbeddingCache()
+    query_vectors = None
+    if scorer == "embedding":
+        query_vectors = _normalized(cache.embed_queries(embedder, [q.query for q in labelled]))
+    results = []
+    for spec in specs:
+        started = time.monotonic()
+        embedded_before = cache.embedded_texts
+        results.append(
+            _evaluate_config(
+                spec, chunkers[spec], documents, labelled, embedder, scorer, k, input_price, cache, query_vectors,
+                progress,
+            )
+        )  # fmt: skip
+        results[-1].embedded_texts = cache.embedded_texts - embedded_before
+        results[-1].seconds = round(time.monotonic() - started, 2)
+    mark_pareto(results)
+    notes = [
+        "recall is recall@k: a whole answer inside one retrieved chunk; read recall against retrieved tokens "
+        "as a frontier, not a winner (pareto marks the configurations no other beats on both)."
+    ]
+    if any(r.parents is not None for r in results):
+        notes.append(
+            "small-to-big: children are searched, their parents are handed back (hits sharing a parent or "
+            "overlapping make one context); metrics, cut answers and tokens are about the parents."
+        )
+    return EvalReport(
+        model=None if embedder is None else getattr(embedder, "ref", None) or str(embedder),
+        scorer=scorer,
+        k=k,
+        queries=len(labelled),
+        documents=len(documents),
+        input_price=float(input_price),
+        configs=results,
+        embedded_texts=cache.embedded_texts,
+        cache_hits=cache.hits,
+        cache_path=None if cache.path is None else str(cache.path),
+        notes=notes,
+    )
+
+
+def _chunker(spec: str, embedder):
+    from toolkit.chunking import get_chunker
+
+    # With the model given, a chunk over its input limit is split by the chunker, never refused later.
+    return get_chunker(spec, embedder=embedder)
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms == 0, 1, norms)
+
+
+def _evaluate_config(
+    spec, chunker, documents, queries, embedder, scorer, k, input_price, cache, query_vectors, progress
+) -> ConfigResult:
+    from toolkit.chunking.files import sentences_cut
+    from toolkit.chunking.small_to_big import SmallToBigChunker
+
+    chunks, parents = [], {}
+    for doc_id, text in documents.items():
+        for chunk in chunker.chunk(text, doc_id):
+            if chunk.is_parent:
+                parents[chunk.chunk_id] = chunk
+            else:
+                chunks.append(chunk)
+    if not chunks:
+        raise InputError(f"The configuration {spec!r} produced no chunks from the corpus; is the corpus empty?")
+    texts = [c.embed_text for c in chunks]
+    if scorer == "bow":
+        scores = bow_scores([q.query for q in queries], texts)
+    else:
+        meter = None
+        if progress and (pending := cache.missing(embedder, texts)):
+            from toolkit.progress import Progress
+
+            meter = Progress(f"{spec}: embedding", pending, unit="texts")
+        vectors = _normalized(cache.embed_documents(embedder, texts, None if meter is None else meter.advance))
+        if meter is not None:
+            meter.finish()
+        scores = query_vectors @ vectors.T
+
+    small_to_big = isinstance(chunker, SmallToBigChunker)
+    units = list(parents.values()) if small_to_big else chunks
+    depth = min(len(chunks), k * HITS_PER_CONTEXT if small_to_big else k)
+    # Stable sort of negated scores: ties keep corpus order, as the seed's sorted(..., reverse=True) does.
+    ranked = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+
+    spans_by_doc: dict[str, list[Span]] = defaultdict(list)
+    for unit in units:
+        spans_by_doc[unit.doc_id].append(Span(unit.doc_id, unit.start, unit.end))
+    scored, tokens = [], []
+    for q, order in zip(queries, ranked, strict=True):
+        hits = [chunks[i] for i in order]
+        retrieved = _contexts(hits, parents, documents, k) if small_to_big else [_unit(c) for c in hits[:k]]
+        gold_docs = {span.doc_id for span in q.answers}
+        candidates = [span for doc in gold_docs for span in spans_by_doc.get(doc, [])]
+        scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved], q.answers, k, candidates))
+        tokens.append(sum(u.tokens for u in retrieved))
+    metrics = aggregate(scored, k)
+    first_hits = [_first_hit(s, q, k) for s, q in zip(scored, queries, strict=True)]
+    hits_at = [sum(1 for rank in first_hits if rank is not None and rank <= depth_) for depth_ in range(1, k + 1)]
+    all_gold = [span for q in queries for span in q.answers]
+    all_units = [Span(u.doc_id, u.start, u.end) for u in units]
+    sentences = cut = 0
+    by_doc = defaultdict(list)
+    for unit in units:
+        by_doc[unit.doc_id].append(unit)
+    for doc_id, doc_units in by_doc.items():
+        total, doc_cut = sentences_cut(documents[doc_id], doc_units)
+        sentences += total
+        cut += doc_cut
+    mean_tokens = sum(tokens) / len(tokens)
+    return ConfigResult(
+        spec=spec,
+        chunker_version=chunker.version,
+        chunks=len(chunks),
+        parents=len(parents) if small_to_big else None,
+        mean_chunk_tokens=sum(c.token_count for c in chunks) / len(chunks),
+        mean_chunk_chars=sum(len(c.text) for c in chunks) / len(chunks),
+        answers=len(all_gold),
+        cut_answers=cut_answers(all_units, all_gold),
+        sentences=sentences,
+        cut_sentences=cut,
+        recall=metrics.recall,
+        mrr=metrics.mrr,
+        ndcg=metrics.ndcg,
+        span_recall=metrics.span_recall,
+        span_precision=metrics.span_precision,
+        span_iou=metrics.span_iou,
+        precision_omega=metrics.precision_omega,
+        retrieved_tokens=mean_tokens,
+        retrieved_chars=metrics.retrieved_chars,
+        input_cost_per_query=mean_tokens * input_price / 1e6,
+        recall_at=[h / len(queries) for h in hits_at],
+        hits_at=hits_at,
+    )
+
+
+def _unit(chunk) -> Unit:
+    return Unit(chunk.doc_id, chunk.start, chunk.end, chunk.token_count)
+
+
+def _first_hit(scores, query: LabelledQuery, k: int) -> int | None:
+    # The reciprocal rank already holds the rank of the first whole answer (0 when none in the top k).
+    return round(1 / scores.reciprocal_rank) if scores.reciprocal_rank else None
+
+
+def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> list[Unit]:
+    """Small-to-big: each hit's parent span (or the hit itself without one); spans of a document that
+    overlap merge into one context, ranked by its best hit; the first k contexts."""
+    from toolkit.chunking import compose_embed_text
+    from toolkit.tokens import count_tokens
+
+    pieces = []  # (best rank, doc_id, start, end, the parent chunk or hit)
+    for rank, hit in enumerate(hits):
+        parent = parents.get(hit.parent_id, hit)
+        pieces.append((rank, hit.doc_id, parent.start, parent.end, parent))
+    groups: list[dict] = []
+    for doc_id in dict.fromkeys(p[1] for p in pieces):
+        current = None
+        for piece in sorted((p for p in pieces if p[1] == doc_id), key=lambda p: (p[2], p[3], p[0])):
+            if current is not None and piece[2] < current["end"]:
+                current["end"] = max(current["end"], piece[3])
+                current["best"] = min(current["best"], piece[0])
+                current["members"][piece[4].chunk_id] = piece[4]
+            else:
+                current = {"doc_id": doc_id, "start": piece[2], "end": piece[3], "best": piece[0]}
+                current["members"] = {piece[4].chunk_id: piece[4]}
+                groups.append(current)
+    contexts = []
+    for group in sorted(groups, key=lambda g: g["best"])[:k]:
+        members = list(group["members"].values())
+        if len(members) == 1:
+            tokens = members[0].token_count
+        else:
+            first = min(members, key=lambda c: c.start)
+            body = documents[group["doc_id"]][group["start"] : group["end"]]
+            tokens = count_tokens(compose_embed_text(first.heading_path, "", body))
+        contexts.append(Unit(group["doc_id"], group["start"], group["end"], tokens))
+    return contexts
+
+
+def bow_scores(queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+    """The seed's bag-of-words cosine (`toolkit.scoring.bow_cosine`) of every query against every text,
+    shape (queries, texts), computed through an inverted index with the same arithmetic."""
+    from toolkit.scoring import bow_tokens
+
+    index: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    norms = np.zeros(len(texts))
+    for column, text in enumerate(texts):
+        counts = Counter(bow_tokens(text))
+        norms[column] = math.sqrt(sum(v * v for v in counts.values()))
+        for word, count in counts.items():
+            index[word].append((column, count))
+    scores = np.zeros((len(queries), len(texts)))
+    for row, query in enumerate(queries):
+        counts = Counter(bow_tokens(query))
+        query_norm = math.sqrt(sum(v * v for v in counts.values()))
+        if not query_norm:
+            continue
+        dots: dict[int, int] = defaultdict(int)
+        for word, count in counts.items():
+            for column, text_count in index.get(word, ()):
+                dots[column] += count * text_count
+        for column, dot in dots.items():
+            if norms[column]:
+                scores[row, column] = dot / (query_norm * float(norms[column]))
+    return scores
+
+
+def mark_pareto(results: Sequence[ConfigResult]) -> None:
+    """Mark the configurations no other one beats on both recall (higher) and retrieved tokens (fewer)."""
+    for result in results:
+        result.pareto = not any(
+            other is not result
+            and other.recall >= result.recall
+            and other.retrieved_tokens <= result.retrieved_tokens
+            and (other.recall > result.recall or other.retrieved_tokens < result.retrieved_tokens)
+            for other in results
+        )
+
+
+def plot_frontier(report: EvalReport, path: str | Path) -> Path:
+    """Draw recall@k against retrieved tokens per query, one labelled point per configuration, the Pareto
+    frontier joined by a line; write a PNG to ``path``."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError("--plot needs matplotlib, which is not installed; pip install matplotlib.") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise InputError(f"The plot file {str(path)!r} must end in .png (the plot is written as a PNG).")
+    figure, axes = plt.subplots(figsize=(8, 5.5), dpi=110)
+    width = max((r.retrieved_tokens for r in report.configs), default=1.0) or 1.0
+    placed: list[tuple[float, float]] = []
+    for result in sorted(report.configs, key=lambda r: (r.retrieved_tokens, -r.recall)):
+        x, y = result.retrieved_tokens, result.recall
+        axes.scatter(x, y, s=60, color="tab:blue" if result.pareto else "tab:gray", zorder=3)
+        # Labels of points close together are stacked downwards instead of printed over each other.
+        near = sum(1 for px, py in placed if abs(px - x) < 0.15 * width and abs(py - y) < 0.03)
+        placed.append((x, y))
+        axes.annotate(result.spec, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near), fontsize=8)
+    frontier = sorted((r for r in report.configs if r.pareto), key=lambda r: r.retrieved_tokens)
+    if frontier:
+        axes.step(
+            [r.retrieved_tokens for r in frontier],
+            [r.recall for r in frontier],
+            where="post",
+            color="tab:blue",
+            linewidth=1.2,
+            label="Pareto frontier (no configuration has more recall for fewer tokens)",
+            zorder=2,
+        )
+        axes.legend(loc="lower right", fontsize=8)
+    axes.set_xlabel(f"retrieved tokens per query (k = {report.k})")
+    axes.set_ylabel(f"recall@{report.k} (whole answer inside one retrieved chunk)")
+    what = report.model if report.scorer == "embedding" else "bag-of-words scorer"
+    axes.set_title(f"{report.queries} queries, {report.documents} documents, {what}: a frontier, not a winner",
+                   fontsize=9)  # fmt: skip
+    axes.grid(True, alpha=0.3)
+    top = max((r.recall for r in report.configs), default=1.0)
+    axes.set_ylim(0, min(1.05, top + 0.1) if top > 0 else 1.0)
+    axes.set_xlim(left=0, right=width * 1.6)
+    figure.tight_layout()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, format="png")
+    except OSError as error:
+        raise InputError(f"Cannot write the plot to {str(path)!r} ({error.strerror}); check the folder.") from None
+    finally:
+        plt.close(figure)
+    return path
