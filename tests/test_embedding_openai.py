@@ -120,7 +120,12 @@ def test_shortened_dimensions_are_sent_only_to_models_that_support_them(fault):
     assert short.embed_documents(["hello"]).shape == (1, 256)
     full = get_embedder("openai:text-embedding-3-small", base_url=fault.url)
     assert full.embed_documents(["hello"]).shape == (1, 1536)
-    assert [entry["dimensions"] for entry in fault.stats()["log"]] == [256, None]
+    # A known model's support comes from the table; False from a registry row does not switch it off.
+    known = get_embedder(
+        "openai:text-embedding-3-large", base_url=fault.url, dimensions=1024, supports_shortening=False
+    )
+    assert known.embed_documents(["hello"]).shape == (1, 1024)
+    assert [entry["dimensions"] for entry in fault.stats()["log"]] == [256, None, 1024]
 
     with pytest.raises(InputError, match="text-embedding-ada-002 does not support shortened embeddings"):
         get_embedder("openai:text-embedding-ada-002", base_url=fault.url, dimensions=256)
@@ -129,7 +134,7 @@ def test_shortened_dimensions_are_sent_only_to_models_that_support_them(fault):
     # A declared size for an unknown model is checked, not requested, unless it is said to shorten.
     fast_retrying(fault, dimensions=16).embed_documents(["x"])
     fast_retrying(fault, dimensions=8, supports_shortening=True).embed_documents(["x"])
-    assert [entry["dimensions"] for entry in fault.stats()["log"]][2:] == [None, 8]
+    assert [entry["dimensions"] for entry in fault.stats()["log"]][3:] == [None, 8]
 
 
 def test_over_limit_input_is_refused_before_any_request(fault):
@@ -294,3 +299,11 @@ def test_backoff_doubles_with_jitter_and_is_capped(fault):
         delays = [embedder._backoff(attempt) for _ in range(200)]
         assert ceiling / 2 <= min(delays) and max(delays) <= ceiling
         assert len(set(delays)) > 100  # jittered, so clients that failed together do not retry together
+
+
+def test_an_unknown_model_must_keep_the_size_of_its_first_answer(fault):
+    embedder = get_embedder("openai:test-model", base_url=fault.url, batch_size=1)
+    fault.script({}, {"dims": 7})
+    with pytest.raises(EmbeddingError, match="returned 7-dimensional vectors where 16 were declared"):
+        embedder.embed_documents(["a", "b", "c"])
+    assert fault.requests == 2

@@ -77,9 +77,9 @@ class OpenAIEmbedder(Embedder):
         reject_unused(self.provider, unused)
         self.name = name or DEFAULT_MODEL
         known = KNOWN_MODELS.get(self.name)
-        self.supports_shortening = bool(
-            supports_shortening if supports_shortening is not None else (known and known.supports_shortening)
-        )
+        # The table is authoritative for known models (a registry row's default False must not switch off
+        # text-embedding-3's shortening); the option declares it for models the table does not know.
+        self.supports_shortening = bool(supports_shortening or (known and known.supports_shortening))
         self.dimensions, self._request_dimensions = self._resolve_dimensions(dimensions, known)
         limit = known.max_input_tokens if known else UNKNOWN_MODEL_MAX_INPUT_TOKENS
         if max_input_tokens is not None:
@@ -224,9 +224,13 @@ class OpenAIEmbedder(Embedder):
                 )
             data = sorted(data, key=lambda item: item.index)
         # Checked per batch as well as whole (Embedder._checked): a bad batch stops before the next is sent.
-        return check_vectors(
+        vectors = check_vectors(
             [getattr(item, "embedding", None) for item in data], count, self.dimensions, source=self.ref
         )
+        if self.dimensions is None:
+            # A model of unknown size: the first answer fixes it, and later batches must agree.
+            self.dimensions = int(vectors.shape[1])
+        return vectors
 
     def _refusal(self, error) -> str:
         status = error.status_code
