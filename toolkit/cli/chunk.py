@@ -34,7 +34,10 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
 
     A file that cannot be read is reported on stderr and skipped; the exit code is 1 if any was.
     """
+    import sys
+
     from toolkit.chunking.files import ChunkStats, chunk_paths
+    from toolkit.progress import Progress
     from toolkit.sources import SourceError
 
     model = None
@@ -45,10 +48,14 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
     stats = ChunkStats()
     rows = []
     failed = 0
+    produced = 0
+    progress = Progress("chunk", unit="files", quiet=not sys.stderr.isatty())  # only on a terminal
     results = chunk_paths(
         paths, spec=spec, strategy=strategy, size=size, overlap=overlap, embedder=model, clean_pdf_text=clean_pdf_text
     )
     for document, chunks in results:
+        produced += len(chunks)
+        progress.advance(chunks=produced, skipped=failed)
         if isinstance(document, SourceError):
             failed += 1
             click.echo(f"toolkit: skipped {document}", err=True)
@@ -61,6 +68,7 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
                 click.echo(json.dumps(record, ensure_ascii=False))
             elif output_format == "table":
                 rows.append(record)
+    progress.finish()
     if output_format == "table":
         from toolkit.cli._output import print_table
 
