@@ -50,6 +50,25 @@ def markdown_table(report) -> str:
     return "\n".join(lines)
 
 
+def recall_by_kind(report, queries_path: Path) -> str:
+    """recall@k of each configuration per query kind (the sample set's `kind`: heading, definition, ...)."""
+    kinds = {}
+    for number, line in enumerate(queries_path.read_text().splitlines(), start=1):
+        if line.strip():
+            kinds[number] = json.loads(line).get("kind", "-")
+    order = list(dict.fromkeys(kinds.values()))
+    counts = {kind: sum(1 for k in kinds.values() if k == kind) for kind in order}
+    lines = ["| configuration | " + " | ".join(f"{kind} ({counts[kind]})" for kind in order) + " |"]
+    lines.append("|" + " --- |" * (len(order) + 1))
+    for r in report.configs:
+        cells = []
+        for kind in order:
+            ranks = [rank for rank, number in zip(r.ranks, kinds, strict=True) if kinds[number] == kind]
+            cells.append(f"{sum(rank is not None for rank in ranks) / len(ranks):.3f}")
+        lines.append(f"| `{r.spec}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     from toolkit.embedding import get_embedder
     from toolkit.embedding_cache import EmbeddingCache, default_cache_dir
@@ -75,6 +94,8 @@ def main() -> None:
     plot_frontier(report, args.plot)
     Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
     print(markdown_table(report))
+    print()
+    print(recall_by_kind(report, Path(SAMPLE_QUERIES)))
     print()
     print(
         f"{report.queries} queries, {report.documents} documents, model {report.model} "

@@ -195,6 +195,7 @@ def test_ranking_and_metrics_match_a_search_done_by_hand(seed_files):
         tokens.append(sum(c.token_count for c in top))
     row = report.configs[0]
     assert row.recall == pytest.approx(sum(recalls) / len(recalls))
+    assert [rank is not None for rank in row.ranks] == [bool(r) for r in recalls]
     assert row.retrieved_tokens == pytest.approx(sum(tokens) / len(tokens))
     assert row.input_cost_per_query == pytest.approx(row.retrieved_tokens * 2.0 / 1e6)
     assert row.cut_answers == cut_answers(

@@ -69,9 +69,14 @@ class ConfigResult:
     embedded_texts: int = 0  # texts this configuration sent to the model (not found in the cache)
     seconds: float = 0.0
     pareto: bool = False  # on the recall / retrieved-tokens frontier
+    # Per query, in the query file's order: the rank of the first chunk holding a whole answer, or None.
+    # Kept out of to_dict() (JSON output) to keep it short; scripts break recall down by query with it.
+    ranks: list[int | None] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        values = asdict(self)
+        del values["ranks"]
+        return values
 
 
 @dataclass
@@ -132,8 +137,9 @@ def split_configs(configs: str | Sequence[str]) -> list[str]:
     return specs
 
 
-def read_corpus(paths: str | Path | Sequence[str | Path]) -> dict[str, str]:
-    """doc id → text for every readable file under ``paths`` (as `toolkit ingest` would store them)."""
+def read_corpus(paths: str | Path | Sequence[str | Path], skipped: list[str] | None = None) -> dict[str, str]:
+    """doc id → text for every readable file under ``paths`` (as `toolkit ingest` would store them); the
+    reasons files were skipped are appended to ``skipped``."""
     from toolkit.sources import SourceError, read_documents
 
     if isinstance(paths, str | Path):
@@ -141,6 +147,8 @@ def read_corpus(paths: str | Path | Sequence[str | Path]) -> dict[str, str]:
     documents: dict[str, str] = {}
     for result in read_documents(list(paths)):
         if isinstance(result, SourceError):
+            if skipped is not None:
+                skipped.append(str(result))
             continue
         documents[result.doc_id] = result.text
     if not documents:
@@ -185,7 +193,8 @@ def evaluate(
         raise InputError(f"The input price is USD per million tokens and must be ≥ 0, not {input_price!r}.")
     specs = split_configs(configs)
     chunkers = {spec: _chunker(spec, embedder) for spec in specs}  # every spec checked before any work
-    documents = dict(corpus) if isinstance(corpus, dict) else read_corpus(corpus)
+    skipped: list[str] = []
+    documents = dict(corpus) if isinstance(corpus, dict) else read_corpus(corpus, skipped)
     labelled = load_queries(queries, documents) if isinstance(queries, str | Path) else list(queries)
     if not labelled:
         raise InputError("There are no labelled queries to evaluate; the query file is empty.")
@@ -210,6 +219,8 @@ def evaluate(
         "recall is recall@k: a whole answer inside one retrieved chunk; read recall against retrieved tokens "
         "as a frontier, not a winner (pareto marks the configurations no other beats on both)."
     ]
+    if skipped:
+        notes.append(f"Skipped {len(skipped)} unreadable file(s): " + "; ".join(skipped[:5]))
     if any(r.parents is not None for r in results):
         notes.append(
             "small-to-big: children are searched, their parents are handed back (hits sharing a parent or "
@@ -326,6 +337,7 @@ def _evaluate_config(
         input_cost_per_query=mean_tokens * input_price / 1e6,
         recall_at=[h / len(queries) for h in hits_at],
         hits_at=hits_at,
+        ranks=first_hits,
     )
 
 

@@ -73,8 +73,10 @@ def eval_command(
     """Chunk, embed and search the corpus with each configuration; report recall@k, MRR, nDCG@k, span
     recall / precision / IoU, precision-Ω, cut answers, tokens and input cost per query.
 
-    Example: toolkit eval --corpus docs/ --queries queries.jsonl --configs fixed:200:0,markdown:400:40
-    --model e5:multilingual-e5-small --plot frontier.png
+    \b
+    Example:
+      toolkit eval --corpus docs/ --queries queries.jsonl --configs fixed:200:0,markdown:400:40 \\
+        --model e5:multilingual-e5-small --plot frontier.png
 
     Read recall against tokens per query as a frontier, not a winner.
     """
@@ -110,6 +112,8 @@ def eval_command(
         "cut: answers no single chunk holds whole. frontier: no other configuration has more recall for fewer "
         "tokens; read it as a frontier, not a winner."
     )
+    for note in report.notes[1:]:
+        click.echo(note)
     if plot:
         click.echo(f"plot written to {plot}")
 
