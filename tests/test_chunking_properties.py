@@ -208,3 +208,65 @@ def test_arbitrary_text_never_crashes_and_stays_exact(text, size, strategy):
     for c in chunks:
         assert text[c.start : c.end] == c.text
         assert c.token_count == len(ENCODING.encode_ordinary(c.embed_text))
+
+
+@st.composite
+def html_documents(draw):
+    """HTML with headings, paragraphs, lists, <pre> and tables; returns (text, outline, pre ranges, rows)."""
+    parts: list[str] = ["<html><body>\n"]
+    outline, pres, rows = [], [], []
+    stack: list[tuple[int, str]] = []
+
+    def position() -> int:
+        return sum(map(len, parts))
+
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["h", "p", "p", "ul", "pre", "table"]))
+        if kind == "h":
+            level = draw(st.integers(1, 3))
+            title = " ".join(
+                draw(st.lists(st.sampled_from(["Refunds", "Shipping", "Setup", "FAQ"]), min_size=1, max_size=3))
+            )
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            outline.append((position(), tuple(t for _, t in stack)))
+            parts.append(f"<h{level}>{title}</h{level}>\n")
+        elif kind == "p":
+            parts.append("<p>" + " ".join(draw(st.lists(sentences(), min_size=1, max_size=6))) + "</p>\n")
+        elif kind == "ul":
+            items = draw(st.lists(sentences(), min_size=1, max_size=6))
+            parts.append("<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>\n")
+        elif kind == "pre":
+            lines = draw(
+                st.lists(st.sampled_from(["x = 1", "<h1>not a heading</h1>", "", "return a + b"]), max_size=30)
+            )
+            start = position()
+            block = "<pre>" + "\n".join(lines).replace("<", "&lt;") + "</pre>"
+            pres.append((start, start + len(block)))
+            parts.append(block + "\n")
+        else:
+            table = "<table><tr><th>a</th><th>b</th></tr>\n"
+            start = position() + len(table)
+            table_rows = []
+            for _ in range(draw(st.integers(1, 30))):
+                row = "<tr><td>" + "</td><td>".join(draw(st.lists(sentences(), min_size=2, max_size=2))) + "</td></tr>"
+                rows.append((start, start + len(row)))
+                table_rows.append(row)
+                start += len(row) + 1
+            parts.append(table + "\n".join(table_rows) + "\n</table>\n")
+    parts.append("</body></html>\n")
+    return "".join(parts), outline, pres, rows
+
+
+@SETTINGS
+@given(html_documents(), st.integers(20, 300))
+def test_html_chunks(document, size):
+    text, outline, pres, rows = document
+    chunks = get_chunker(f"html:{size}:0").chunk(text, "page.html")
+    check_common(text, chunks, size)
+    for c in chunks:
+        for a, b in pres + rows:
+            assert not a < c.start < b and not a < c.end < b, "a boundary falls inside a <pre> or a table row"
+        for offset in (c.start, c.end - 1):
+            assert outline_path(outline, offset)[: len(c.heading_path)] == c.heading_path
