@@ -98,3 +98,9 @@ def test_docs_cover_the_command_and_every_strategy():
     help_text = CliRunner().invoke(main, ["chunk", "--help"]).output
     for option in re.findall(r"--[a-z-]+", help_text):
         assert option in text, option
+
+
+def test_a_small_size_alone_gets_a_proportionate_overlap():
+    result = run(str(DATA / "policy.md"), "--size", "30")
+    assert result.exit_code == 0, result.output
+    assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"markdown:30:3@1"}

@@ -302,3 +302,9 @@ def test_a_fence_inside_a_list_item_is_not_split():
     end = text.index("  ```\n", start) + len("  ```")
     assert not any(start < c.start < end or start < c.end < end for c in chunks)
     assert any(c.text.startswith("```bash") and c.text.endswith("```") and c.atomic for c in chunks)
+
+
+def test_python_that_does_not_parse_still_splits_before_definitions():
+    source = "".join(f"def f{i}(a):\n    return a + {i}\n\n" for i in range(12)) + "def broken(:\n"
+    chunks = get_chunker("code:25:0").chunk(source, "broken.py")
+    assert all(c.text.startswith("def f") or c.text.startswith("def broken") for c in chunks)

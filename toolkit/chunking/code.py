@@ -12,6 +12,7 @@ from toolkit.chunking.structure import Block, Section, pack_sections
 
 # Lines that start a definition, per language; the recursive fallback cuts before them first.
 DEFINITION_KEYWORDS = {
+    "python": r"@|(?:async\s+)?def\b|class\b",  # Python that does not parse falls back to these
     "javascript": r"(?:export\s+)?(?:default\s+)?(?:async\s+)?(?:function|class)\b"
     r"|(?:export\s+)?const\s+\w+\s*=",
     "typescript": r"(?:export\s+)?(?:default\s+)?(?:async\s+)?(?:function|class|interface|type|enum)\b"

@@ -25,7 +25,11 @@ def resolve_spec(
     if spec:
         return spec
     chosen = strategy or STRATEGY_FOR_FORMAT.get(file_format, "recursive")
-    return f"{chosen}:{DEFAULT_SIZE if size is None else size}:{DEFAULT_OVERLAP if overlap is None else overlap}"
+    if size is None:
+        size = DEFAULT_SIZE
+    if overlap is None:  # a tenth of the size, at most the default
+        overlap = min(DEFAULT_OVERLAP, size // 10)
+    return f"{chosen}:{size}:{overlap}"
 
 
 def chunk_paths(
