@@ -18,7 +18,11 @@ from toolkit.chunking.spec import STRATEGIES
     help="Strategy (default: from the file type: markdown, html, code, else recursive).",
 )
 @click.option("--size", type=click.IntRange(min=1), help="Chunk size in tokens (default 400).")
-@click.option("--overlap", type=click.IntRange(min=0), help="Overlap in tokens, or sentences (default 40).")
+@click.option(
+    "--overlap",
+    type=click.IntRange(min=0),
+    help="Overlap in tokens, or sentences (default: a tenth of the size, at most 40).",
+)
 @click.option("--embedder", metavar="REF", help="Embedder for the semantic strategy, e.g. hashing:64.")
 @click.option("--clean-pdf-text", is_flag=True, help="Clean PDF-extracted .txt files first (see docs).")
 @click.option(
