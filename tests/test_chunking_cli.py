@@ -104,3 +104,5 @@ def test_a_small_size_alone_gets_a_proportionate_overlap():
     result = run(str(DATA / "policy.md"), "--size", "30")
     assert result.exit_code == 0, result.output
     assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"markdown:30:3@1"}
+    result = run(str(DATA / "policy.md"), "--strategy", "sentence")
+    assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"sentence:400:1@1"}
