@@ -283,3 +283,23 @@ def test_bow_with_a_model_is_refused(seed_files):
         "--scorer", "bow", "--model", "hashing:8",
     )  # fmt: skip
     assert result.exit_code == 1 and "--model has no effect" in result.output
+
+
+# -- a registered alias: the only case that opens the database -------------------------------------------------
+
+
+def test_a_registered_alias_is_read_from_the_database(seed_files, database_url, make_model):
+    corpus, queries = seed_files
+    make_model("toy", dimensions=32)
+    common = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", "sentence:200:1:unit=chars"]
+    common += ["--no-cache", "--format", "json"]
+    by_alias = CliRunner().invoke(main, ["--database-url", database_url, *common, "--model", "toy"])
+    assert by_alias.exit_code == 0, by_alias.output
+    by_ref = CliRunner().invoke(main, [*common, "--model", "hashing:32"])
+    alias_report, ref_report = json.loads(by_alias.stdout), json.loads(by_ref.stdout)
+    assert alias_report["model"] == "hashing:32"
+    strip = {"seconds": 0}
+    assert [c | strip for c in alias_report["configs"]] == [c | strip for c in ref_report["configs"]]
+
+    unknown = CliRunner().invoke(main, ["--database-url", database_url, *common, "--model", "nosuch"])
+    assert unknown.exit_code == 1 and "No model is registered as 'nosuch'" in unknown.output
