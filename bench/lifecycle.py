@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import threading
@@ -281,6 +282,24 @@ def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: f
             with lock:
                 errors.append(f"{type(error).__name__}: {error}".strip())
 
+    # One reader alone first: what a query costs when nothing competes for the two cores.
+    alone = []
+    with psycopg.connect(url, autocommit=True) as rconn:
+        register_vector(rconn)
+        rconn.execute("SET ROLE toolkit_reader")
+        rng = np.random.default_rng(READERS)
+        for _ in range(300):
+            vector = rng.standard_normal(DIMS).astype(np.float32)
+            started = time.perf_counter()
+            with rconn.transaction():
+                rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+                rconn.execute(QUERY, (vector,)).fetchall()
+            alone.append((time.perf_counter() - started) * 1000)
+        with rconn.transaction():
+            rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+            explain = rconn.execute("EXPLAIN (ANALYZE, BUFFERS) " + QUERY, (vector,))
+            plan = [re.sub(r"'\[[^\]]*\]'", "'[...]'", r[0]) for r in explain]
+    alone = alone[50:]  # after warm-up (caches, prepared statements)
     threads = [threading.Thread(target=reader, args=(i,), name=f"reader-{i}") for i in range(READERS)]
     for thread in threads:
         thread.start()
@@ -318,6 +337,13 @@ def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: f
         "reader_errors": len(errors),
         "reader_error_examples": errors[:3],
         "mixed_or_short_results": mixed,
+        "one_reader_alone": {
+            "queries": len(alone),
+            "p50_ms": statistics.median(alone),
+            "p95_ms": percentile(alone, 0.95),
+            "max_ms": max(alone),
+            "plan": plan,
+        },
         "baseline": {
             "queries": len(baseline),
             "p50_ms": statistics.median(baseline),
@@ -342,11 +368,17 @@ def run(args) -> dict:
         results["server"] = server.settings()
         results["load_average_start"] = load_average()
         results["documents"] = store_documents(server.url, args.rows, seed=0)
-        with connect(server.url) as conn:
-            register_hashing(conn)
-            conn.commit()
-        results["hashing"] = run_backfill(server.url, "hash384", batch_size=args.batch_size)
-        print(f"backfill, hashing: {results['hashing']}", flush=True)
+        # One model alias per batch size: a backfill of an existing (model, chunker) version would resume it.
+        sizes = [int(size) for size in args.batch_sizes.split(",")]
+        results["hashing_batches"] = {}
+        for size in sizes:
+            alias = "hash384" if size == sizes[0] else f"hash384-b{size}"
+            with connect(server.url) as conn:
+                register_hashing(conn, alias)
+                conn.commit()
+            results["hashing_batches"][size] = run_backfill(server.url, alias, batch_size=size)
+            print(f"backfill, hashing, batch {size}: {results['hashing_batches'][size]}", flush=True)
+        results["hashing"] = results["hashing_batches"][sizes[0]]
         if not args.skip_real:
             results["real"] = measure_real_backfill(server, args.real_rows, args.repeats)
             print(f"backfill, {results['real']['model']}: {results['real']}", flush=True)
@@ -370,12 +402,12 @@ def run(args) -> dict:
 
 
 def table(results: dict) -> str:
-    hashing, index, cut = results["hashing"], results["index"], results["cutover"]
+    index, cut = results["index"], results["cutover"]
     lines = [
         "| backfill | rows | total s | chunk s | embed s | finalize s (index) | rows/s total | rows/s embed stage |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    runs = [("hashing:384", hashing)]
+    runs = [("hashing:384", r) for r in results["hashing_batches"].values()]
     if "real" in results:
         runs.append((results["real"]["model"], results["real"]))
     for label, r in runs:
@@ -409,7 +441,11 @@ def table(results: dict) -> str:
         "| reader latency (ms) | queries | p50 | p95 | max |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for label, key in (("without swaps", "baseline"), ("during swaps", "during_swaps")):
+    for label, key in (
+        ("one reader alone, no swaps", "one_reader_alone"),
+        (f"{cut['readers']} readers, without swaps", "baseline"),
+        (f"{cut['readers']} readers, during swaps", "during_swaps"),
+    ):
         r = cut[key]
         lines.append(f"| {label} | {r['queries']:,} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['max_ms']:.1f} |")
     return "\n".join(lines)
@@ -418,7 +454,12 @@ def table(results: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=50_000, help="about this many chunks for the hashing backfill")
-    parser.add_argument("--batch-size", type=int, default=64, help="backfill batch size (the CLI's default: 64)")
+    parser.add_argument(
+        "--batch-sizes",
+        default="64,512",
+        help="hashing backfill batch sizes; the first (the CLI's default, 64) is"
+        " the one the index and cutover measurements use",
+    )
     parser.add_argument("--real-rows", type=int, default=300, help="about this many chunks for the real model")
     parser.add_argument("--repeats", type=int, default=2, help="bare embed_documents runs, half before, half after")
     parser.add_argument("--skip-real", action="store_true", help="skip the real model")
