@@ -303,3 +303,37 @@ def test_a_registered_alias_is_read_from_the_database(seed_files, database_url, 
 
     unknown = CliRunner().invoke(main, ["--database-url", database_url, *common, "--model", "nosuch"])
     assert unknown.exit_code == 1 and "No model is registered as 'nosuch'" in unknown.output
+
+
+def test_a_database_version_is_evaluated_through_sql_like_its_files(seed_files, database_url):
+    corpus, queries = seed_files
+
+    def cli(*args: str):
+        result = CliRunner().invoke(main, ["--database-url", database_url, *args])
+        assert result.exit_code == 0, result.output
+        return result
+
+    spec = "sentence:200:1:unit=chars"
+    cli("model", "add", "toy", "--provider", "hashing", "--name", "64")
+    cli("ingest", str(corpus), "--tenant", "acme")
+    version = json.loads(cli("backfill", "--model", "toy", "--chunker", spec, "--format", "json").stdout)["version"]
+    stored = json.loads(
+        cli("eval", "--version", str(version), "--queries", str(queries), "-k", "2", "--no-cache", "--format", "json")
+        .stdout
+    )  # fmt: skip
+    files = json.loads(
+        run("--corpus", str(corpus), "--queries", str(queries), "--configs", spec, "--model", "hashing:64", "-k", "2",
+            "--no-cache", "--format", "json").stdout
+    )  # fmt: skip
+    assert stored["model"] == "hashing:64 (alias toy)" and "through SQL" in stored["notes"][0]
+    row, expected = stored["configs"][0], files["configs"][0]
+    assert row["spec"] == f"v{version}" and row["chunker_version"] == expected["chunker_version"]
+    # Nine vectors: the HNSW search finds what exact cosine finds, so every figure agrees.
+    same = ["chunks", "cut_answers", "cut_sentences", "recall", "mrr", "hits_at", "span_recall", "retrieved_tokens"]
+    assert {key: row[key] for key in same} == {key: expected[key] for key in same}
+
+    refused = CliRunner().invoke(
+        main, ["--database-url", database_url, "eval", "--version", str(version), "--queries", str(queries),
+               "--configs", spec],
+    )  # fmt: skip
+    assert refused.exit_code == 1 and "drop --configs" in refused.output

@@ -257,7 +257,6 @@ def _normalized(vectors: np.ndarray) -> np.ndarray:
 def _evaluate_config(
     spec, chunker, documents, queries, embedder, scorer, k, input_price, cache, query_vectors, progress
 ) -> ConfigResult:
-    from toolkit.chunking.files import sentences_cut
     from toolkit.chunking.small_to_big import SmallToBigChunker
 
     chunks, parents = [], {}
@@ -284,18 +283,38 @@ def _evaluate_config(
         scores = query_vectors @ vectors.T
 
     small_to_big = isinstance(chunker, SmallToBigChunker)
-    units = list(parents.values()) if small_to_big else chunks
     depth = min(len(chunks), k * HITS_PER_CONTEXT if small_to_big else k)
     # Stable sort of negated scores: ties keep corpus order, as the seed's sorted(..., reverse=True) does.
     ranked = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+    hits = [[chunks[i] for i in order] for order in ranked]
+    return score_config(
+        spec, chunker.version, chunks, parents if small_to_big else None, hits, documents, queries, k, input_price
+    )
 
+
+def score_config(
+    spec: str,
+    chunker_version: str,
+    chunks: Sequence,
+    parents: dict | None,
+    hits: Sequence[Sequence],
+    documents: dict[str, str],
+    queries: Sequence[LabelledQuery],
+    k: int,
+    input_price: float,
+) -> ConfigResult:
+    """Score one configuration from its searched ``chunks``, its small-to-big ``parents`` (chunk id → parent,
+    or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts)."""
+    from toolkit.chunking.files import sentences_cut
+
+    small_to_big = parents is not None
+    units = list(parents.values()) if small_to_big else list(chunks)
     spans_by_doc: dict[str, list[Span]] = defaultdict(list)
     for unit in units:
         spans_by_doc[unit.doc_id].append(Span(unit.doc_id, unit.start, unit.end))
     scored, tokens = [], []
-    for q, order in zip(queries, ranked, strict=True):
-        hits = [chunks[i] for i in order]
-        retrieved = _contexts(hits, parents, documents, k) if small_to_big else [_unit(c) for c in hits[:k]]
+    for q, found in zip(queries, hits, strict=True):
+        retrieved = _contexts(found, parents, documents, k) if small_to_big else [_unit(c) for c in found[:k]]
         gold_docs = {span.doc_id for span in q.answers}
         candidates = [span for doc in gold_docs for span in spans_by_doc.get(doc, [])]
         scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved], q.answers, k, candidates))
@@ -316,7 +335,7 @@ def _evaluate_config(
     mean_tokens = sum(tokens) / len(tokens)
     return ConfigResult(
         spec=spec,
-        chunker_version=chunker.version,
+        chunker_version=chunker_version,
         chunks=len(chunks),
         parents=len(parents) if small_to_big else None,
         mean_chunk_tokens=sum(c.token_count for c in chunks) / len(chunks),
@@ -338,6 +357,105 @@ def _evaluate_config(
         recall_at=[h / len(queries) for h in hits_at],
         hits_at=hits_at,
         ranks=first_hits,
+    )
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk row of a version's table, with what scoring needs."""
+
+    chunk_id: str
+    doc_id: str
+    parent_id: str | None
+    is_parent: bool
+    start: int
+    end: int
+    heading_path: tuple[str, ...]
+    text: str
+    token_count: int
+
+
+def evaluate_version(
+    conn,
+    version: int,
+    queries: str | Path,
+    *,
+    k: int = 5,
+    tenant: str | None = None,
+    input_price: float = DEFAULT_INPUT_PRICE,
+    cache=None,
+) -> EvalReport:
+    """Evaluate a version already in the database: its stored chunks, searched through SQL as the reader role
+    (its HNSW index, as applications see it), questions embedded with the version's model. The documents and
+    answers are the tenant's stored raw texts."""
+    from psycopg import sql
+
+    from toolkit.embedding_cache import EmbeddingCache
+    from toolkit.models import embedder_for_model, get_model
+    from toolkit.verify import _can_be_reader, _documents, _pick_tenant, _version_info
+
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 250:
+        raise InputError(f"k (chunks retrieved per query) must be a whole number from 1 to 250, not {k!r}.")
+    tenant = _pick_tenant(conn, tenant)
+    alias, chunker_version, _, dims = _version_info(conn, version)
+    documents = _documents(conn, tenant)
+    labelled = load_queries(queries, documents)
+    embedder = embedder_for_model(get_model(conn, alias), dims)
+    table = sql.Identifier("toolkit", f"chunks_v{int(version)}")
+    with conn.transaction():
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
+                " token_count, embedding IS NULL AND NOT is_parent FROM {} WHERE tenant = %s ORDER BY doc_id, position"
+            ).format(table),
+            (tenant,),
+        ).fetchall()
+    missing = sum(1 for row in rows if row[9])
+    if missing:
+        raise InputError(
+            f"Version {version} has {missing} chunks of tenant {tenant!r} without an embedding; finish it with "
+            f"toolkit backfill --model {alias} --resume, then evaluate it."
+        )
+    stored = [StoredChunk(*row[:6], tuple(row[6] or ()), *row[7:9]) for row in rows]
+    chunks = [c for c in stored if not c.is_parent]
+    if not chunks:
+        raise InputError(f"Version {version} has no chunks for tenant {tenant!r}; ingest the corpus first.")
+    parents = {c.chunk_id: c for c in stored if c.is_parent} or None
+    by_id = {c.chunk_id: c for c in chunks}
+    cache = cache if cache is not None else EmbeddingCache()
+    vectors = cache.embed_queries(embedder, [q.query for q in labelled])
+    depth = k * HITS_PER_CONTEXT if parents else k
+    as_reader = _can_be_reader(conn)
+    search = sql.SQL(
+        "SELECT chunk_id FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding <=> %s LIMIT %s"
+    ).format(table)
+    hits = []
+    for vector in vectors:
+        with conn.transaction():
+            if as_reader:
+                conn.execute("SET LOCAL ROLE toolkit_reader")
+            conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+            found = conn.execute(search, (tenant, vector, depth), prepare=False).fetchall()
+        hits.append([by_id[row[0]] for row in found])
+    result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
+    mark_pareto([result])
+    return EvalReport(
+        model=f"{embedder.ref} (alias {alias})",
+        scorer="embedding",
+        k=k,
+        queries=len(labelled),
+        documents=len(documents),
+        input_price=float(input_price),
+        configs=[result],
+        embedded_texts=cache.embedded_texts,
+        cache_hits=cache.hits,
+        cache_path=None if cache.path is None else str(cache.path),
+        notes=[
+            f"version {version} of tenant {tenant!r}: stored chunks searched through SQL"
+            + (" as toolkit_reader" if as_reader else "")
+            + " on its HNSW index (approximate, as applications see it), not by exact cosine."
+        ],
     )
 
 

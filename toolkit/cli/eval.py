@@ -30,7 +30,6 @@ COLUMNS = [
     "--corpus",
     "corpus",
     multiple=True,
-    required=True,
     type=click.Path(exists=True),
     help="Files or folders of documents (doc ids are paths relative to a folder). Repeatable.",
 )
@@ -39,7 +38,6 @@ COLUMNS = [
     "--configs",
     "configs",
     multiple=True,
-    required=True,
     metavar="SPECS",
     help='Chunker specs, comma-separated: "fixed:200:0,sentence:200:1,markdown:400:40". Repeatable.',
 )
@@ -65,10 +63,32 @@ COLUMNS = [
     help="Where embeddings are cached between runs. Default: ~/.cache/toolkit (XDG_CACHE_HOME).",
 )
 @click.option("--no-cache", is_flag=True, help="Keep embeddings in memory for this run only.")
+@click.option(
+    "--version",
+    "version",
+    type=int,
+    metavar="N",
+    help="Evaluate database version N instead (its stored chunks and model, searched through SQL); "
+    "replaces --corpus, --configs and --model.",
+)
+@click.option("--tenant", help="With --version: the tenant whose documents the queries are about.")
 @click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
 @FORMAT_OPTION
 def eval_command(
-    corpus, queries, configs, model, k, scorer, plot, input_price, cache_dir, no_cache, quiet, output_format
+    corpus,
+    queries,
+    configs,
+    model,
+    k,
+    scorer,
+    plot,
+    input_price,
+    cache_dir,
+    no_cache,
+    version,
+    tenant,
+    quiet,
+    output_format,
 ) -> None:
     """Chunk, embed and search the corpus with each configuration; report recall@k, MRR, nDCG@k, span
     recall / precision / IoU, precision-Ω, cut answers, tokens and input cost per query.
@@ -81,22 +101,13 @@ def eval_command(
     Read recall against tokens per query as a frontier, not a winner.
     """
     from toolkit import evaluate as lib
-    from toolkit.embedding_cache import EmbeddingCache, default_cache_dir
+    from toolkit.embedding_cache import default_cache_dir
 
-    embedder = _embedder(model) if scorer == "embedding" else _refuse_model(model)
     directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
-    with EmbeddingCache(directory) as cache:
-        report = lib.evaluate(
-            list(corpus),
-            queries,
-            list(configs),
-            embedder=embedder,
-            scorer=scorer,
-            k=k,
-            input_price=input_price,
-            cache=cache,
-            progress=not quiet,
-        )
+    if version is not None:
+        report = _evaluate_version(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory)
+    else:
+        report = _evaluate_files(corpus, configs, model, scorer, queries, k, input_price, directory, quiet)
     if plot:
         lib.plot_frontier(report, plot)
     if output_format == "json":
@@ -112,10 +123,49 @@ def eval_command(
         "cut: answers no single chunk holds whole. frontier: no other configuration has more recall for fewer "
         "tokens; read it as a frontier, not a winner."
     )
-    for note in report.notes[1:]:
+    for note in report.notes[1:] if version is None else report.notes:
         click.echo(note)
     if plot:
         click.echo(f"plot written to {plot}")
+
+
+def _evaluate_files(corpus, configs, model, scorer, queries, k, input_price, directory, quiet):
+    from toolkit import evaluate as lib
+    from toolkit.embedding_cache import EmbeddingCache
+
+    if not corpus or not configs:
+        raise InputError(
+            "Give the documents with --corpus PATH and the chunker configurations with --configs "
+            "(e.g. fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
+        )
+    embedder = _embedder(model) if scorer == "embedding" else _refuse_model(model)
+    with EmbeddingCache(directory) as cache:
+        return lib.evaluate(
+            list(corpus),
+            queries,
+            list(configs),
+            embedder=embedder,
+            scorer=scorer,
+            k=k,
+            input_price=input_price,
+            cache=cache,
+            progress=not quiet,
+        )
+
+
+def _evaluate_version(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory):
+    from toolkit import evaluate as lib
+    from toolkit.cli._context import open_database
+    from toolkit.embedding_cache import EmbeddingCache
+
+    given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]
+    if given or scorer != "embedding":
+        raise InputError(
+            f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
+        )
+    _, conn = open_database()
+    with conn, EmbeddingCache(directory) as cache:
+        return lib.evaluate_version(conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache)
 
 
 def _embedder(model: str | None):
