@@ -195,3 +195,29 @@ def test_access_labels_are_written_to_the_chunks(conn, corpus, make_model):
     assert relabel.changed == 3 and relabel.embedded == 0
     labels = {tuple(r[0]) for r in conn.execute(f"SELECT DISTINCT access_labels FROM toolkit.chunks_v{v}")}
     assert labels == {("hr",)}
+
+
+def test_small_to_big_parents_are_stored_beside_their_children_and_never_embedded(conn, corpus, make_model):
+    """A parent with one child has the child's span and text; both rows must still fit in one table."""
+    make_model("h1", 16)
+    spec = "sentence:60:0:parent=markdown,400,0"
+    from toolkit.chunking import get_chunker
+
+    v = versions.create_version(conn, "h1", spec, get_chunker(spec).version)
+    report = ingest(conn, [corpus], "acme")
+    assert report.failed == []
+    rows = conn.execute(
+        f"SELECT is_parent, count(*), count(embedding) FROM toolkit.chunks_v{v} GROUP BY is_parent ORDER BY 1"
+    ).fetchall()
+    (children, child_count, embedded_children), (parents, parent_count, embedded_parents) = rows
+    assert (children, parents) == (False, True)
+    assert child_count > parent_count > 0 and embedded_children == child_count and embedded_parents == 0
+    orphans = conn.execute(
+        f"SELECT count(*) FROM toolkit.chunks_v{v} c WHERE NOT c.is_parent AND NOT EXISTS"
+        f" (SELECT 1 FROM toolkit.chunks_v{v} p WHERE p.is_parent AND p.chunk_id = c.parent_id)"
+    ).fetchone()[0]
+    assert orphans == 0
+    single = conn.execute(
+        f"SELECT count(*) FROM toolkit.chunks_v{v} WHERE doc_id = 'sub/passwords.md' GROUP BY start_offset, end_offset"
+    ).fetchall()
+    assert (2,) in single, "the one-sentence document is stored as a parent and a child with the same span"

@@ -20,7 +20,6 @@ from toolkit.errors import InputError, ModelMismatchError, StateError
 FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels")
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
-MODEL_MISMATCH = "TK001"  # the SQLSTATE raised by toolkit._search_target
 READER_ROLE = "toolkit_reader"
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
 
@@ -220,16 +219,15 @@ def _hit(row: dict) -> SearchHit:
 
 @contextlib.contextmanager
 def _search_errors() -> Iterator[None]:
-    """The model guard's SQLSTATE becomes ModelMismatchError; the rest as toolkit.database translates them."""
-    try:
-        with translate_errors():
+    """A malformed date filter gets its own message; the rest (the model guard's TK001 included) as
+    toolkit.database translates them."""
+    with translate_errors():
+        try:
             yield
-    except psycopg.Error as error:
-        diag = error.diag
-        message = diag.message_primary or str(error).strip()
-        if error.sqlstate == MODEL_MISMATCH:
-            hint = f" {diag.message_hint}" if diag.message_hint else ""
-            raise ModelMismatchError(message[0].upper() + message[1:] + "." + hint) from error
-        if error.sqlstate in ("22007", "22008"):
-            raise InputError(f"A date filter is not a timestamp ({message}); write e.g. 2026-11-29T12:00Z.") from error
-        raise
+        except psycopg.Error as error:
+            if error.sqlstate in ("22007", "22008"):
+                message = error.diag.message_primary or str(error).strip()
+                raise InputError(
+                    f"A date filter is not a timestamp ({message}); write e.g. 2026-11-29T12:00Z."
+                ) from error
+            raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks
+from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id
 from toolkit.chunking.spec import Spec
 
 ALGORITHM_VERSION = 1
@@ -37,7 +37,14 @@ class SmallToBigChunker:
         return self._windows(text, doc_id)
 
     def _finish(self, parents: list[Chunk], children: list[Chunk], owners: list[int]) -> list[Chunk]:
-        parents = [dataclasses.replace(p, is_parent=True, chunker_version=self.version) for p in parents]
+        # A parent with a single child can have the child's exact span and text; its id must still differ,
+        # because both are stored in one table keyed by (tenant, chunk_id).
+        parents = [
+            dataclasses.replace(
+                p, is_parent=True, chunker_version=self.version, chunk_id=chunk_id("parent", p.start, p.end, p.chunk_id)
+            )
+            for p in parents
+        ]
         children = [
             dataclasses.replace(c, parent_id=parents[owner].chunk_id, chunker_version=self.version)
             for c, owner in zip(children, owners, strict=True)
