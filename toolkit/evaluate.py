@@ -199,6 +199,7 @@ def evaluate(
     if not labelled:
         raise InputError("There are no labelled queries to evaluate; the query file is empty.")
     cache = cache if cache is not None else EmbeddingCache()
+    embedded_at_start, hits_at_start = cache.embedded_texts, cache.hits
     query_vectors = None
     if scorer == "embedding":
         query_vectors = _normalized(cache.embed_queries(embedder, [q.query for q in labelled]))
@@ -234,8 +235,8 @@ def evaluate(
         documents=len(documents),
         input_price=float(input_price),
         configs=results,
-        embedded_texts=cache.embedded_texts,
-        cache_hits=cache.hits,
+        embedded_texts=cache.embedded_texts - embedded_at_start,
+        cache_hits=cache.hits - hits_at_start,
         cache_path=None if cache.path is None else str(cache.path),
         notes=notes,
     )
