@@ -64,12 +64,12 @@ def rows(url: str, version: int) -> set:
         }
 
 
-def wait_for_version(url: str, process: subprocess.Popen, timeout: float = 60.0) -> float:
+def wait_for_version(url: str, process: subprocess.Popen, timeout: float = 60.0, versions: int = 1) -> float:
     """Seconds until the backfill process has created its version (the process start-up is not interesting)."""
     started = time.monotonic()
     with connect(url, autocommit=True) as conn:
         while time.monotonic() - started < timeout and process.poll() is None:
-            if conn.execute("SELECT count(*) FROM toolkit.versions").fetchone()[0]:
+            if conn.execute("SELECT count(*) FROM toolkit.versions").fetchone()[0] >= versions:
                 break
             time.sleep(0.02)
     return time.monotonic() - started
@@ -208,7 +208,7 @@ def test_ingest_during_a_backfill_ends_up_embedded_in_both_versions(database_url
         insert_model(conn, Model(alias="live", provider="hashing", model_name="16", dimensions=16, max_input_tokens=99))
     first = backfill.backfill(database_url, "live", CHUNKER)
     process = cli(database_url, "--batch-size", "2")
-    time.sleep(1.0)
+    wait_for_version(database_url, process, versions=2)
     extra = tmp_path / "extra"
     write_corpus(extra, documents=1, paragraphs=3)
     os.rename(extra / "doc00.md", extra / "late.md")
