@@ -40,8 +40,13 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,bench]'
 	touch $@
 
+# Each benchmark starts its own embedded server under /tmp; results go to docs/benchmarks.md by hand.
 bench: $(VENV)/.bench-installed
 	$(BIN)/python bench/chunking.py
+	$(BIN)/python bench/embedding.py
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/lifecycle.py
+	$(BIN)/python bench/search.py
 
 # Writes constraints.txt from the current virtual environment (what CI and fresh machines install).
 constraints:
