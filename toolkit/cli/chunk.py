@@ -9,7 +9,7 @@ import click
 from toolkit.chunking.spec import STRATEGIES
 
 
-@click.command("chunk")
+@click.command("chunk", short_help="Chunk files with a strategy; print JSONL, a table or stats.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--spec", metavar="SPEC", help="strategy:size:overlap[:key=value...], e.g. markdown:400:40.")
 @click.option(

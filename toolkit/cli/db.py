@@ -81,7 +81,7 @@ def url() -> None:
     click.echo(database.url)
 
 
-@click.command()
+@click.command(short_help="Upgrade (or downgrade) the toolkit schema.")
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
 def migrate(revision: str, downgrade: bool) -> None:
@@ -102,7 +102,7 @@ def migrate(revision: str, downgrade: bool) -> None:
         click.echo(f"Upgraded to {revision} ({migrations.head_revision() if revision == 'head' else revision}).")
 
 
-@click.command(name="status")
+@click.command(name="status", short_help="Every version: state, rows, pending rows, index, last evaluation.")
 @FORMAT_OPTION
 def status_command(output_format: str) -> None:
     """Each version: model, chunker, state, rows, pending rows, index validity, last evaluation."""

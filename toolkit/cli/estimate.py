@@ -10,7 +10,7 @@ from toolkit import estimate as lib
 from toolkit.errors import InputError
 
 
-@click.command()
+@click.command(short_help="Chunks, storage and cost per query of a chunking configuration.")
 @click.option("--tokens", metavar="N", help="Corpus size in tokens: 65000, 65k, 1.5M, 10M.")
 @click.option("--words", metavar="N", help="Corpus size in words (times --tokens-per-word).")
 @click.option("--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word).")

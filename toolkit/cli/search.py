@@ -10,7 +10,7 @@ from toolkit.cli._output import FORMAT_OPTION, emit
 COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 
 
-@click.command()
+@click.command(short_help="Search the active version as an application would.")
 @click.argument("question")
 @click.option("--tenant", required=True, help="Search this tenant's chunks (row-level security applies).")
 @click.option("-k", "k", type=click.IntRange(1, 250), default=5, show_default=True, help="Results to return.")
