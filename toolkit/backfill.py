@@ -20,7 +20,7 @@ from psycopg import sql
 from toolkit import versions
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.ingest import LiveVersion, _lock_documents, copy_chunk_rows
+from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
 
@@ -162,26 +162,10 @@ def chunk_pending_documents(
                 if row is None:  # deleted, or written by a concurrent ingest
                     continue
                 text, labels = row
-                for chunk in target.chunker.chunk(text, doc_id=doc_id):
-                    rows.append(
-                        (
-                            tenant,
-                            chunk.chunk_id,
-                            doc_id,
-                            chunk.parent_id,
-                            chunk.is_parent,
-                            chunk.position,
-                            chunk.start,
-                            chunk.end,
-                            list(chunk.heading_path),
-                            chunk.context,
-                            chunk.text,
-                            chunk.content_hash,
-                            chunk.token_count,
-                            list(labels),
-                            None,
-                        )
-                    )
+                rows += [
+                    chunk_row(tenant, doc_id, chunk, list(labels), None)
+                    for chunk in target.chunker.chunk(text, doc_id=doc_id)
+                ]
             copy_chunk_rows(conn, target, rows)
         done += len(batch)
         if on_batch:

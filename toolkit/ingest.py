@@ -177,6 +177,27 @@ def _stored_vector(value) -> np.ndarray:
     )
 
 
+def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector) -> tuple:
+    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed)."""
+    return (
+        tenant,
+        chunk.chunk_id,
+        doc_id,
+        chunk.parent_id,
+        chunk.is_parent,
+        chunk.position,
+        chunk.start,
+        chunk.end,
+        list(chunk.heading_path),
+        chunk.context,
+        chunk.text,
+        chunk.content_hash,
+        chunk.token_count,
+        labels,
+        vector,
+    )
+
+
 def chunk_rows(
     target: LiveVersion,
     tenant: str,
@@ -197,29 +218,10 @@ def chunk_rows(
         known.update(zip(missing, vectors, strict=True))
         report.embedded += len(missing)
     report.reused += sum(1 for c in chunks if not c.is_parent) - len(missing)
-    rows = []
-    for chunk in chunks:
-        vector = None if chunk.is_parent else known[chunk.content_hash]
-        rows.append(
-            (
-                tenant,
-                chunk.chunk_id,
-                doc_id,
-                chunk.parent_id,
-                chunk.is_parent,
-                chunk.position,
-                chunk.start,
-                chunk.end,
-                list(chunk.heading_path),
-                chunk.context,
-                chunk.text,
-                chunk.content_hash,
-                chunk.token_count,
-                labels,
-                vector,
-            )
-        )
-    return rows
+    return [
+        chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash])
+        for chunk in chunks
+    ]
 
 
 def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequence[tuple]) -> None:
