@@ -1,10 +1,10 @@
-"""The chunking sweep of docs/evaluation.md: five chunker configurations on the bundled sample corpus (seven
+"""The chunking sweep of docs/evaluation.md: six chunker configurations on the bundled sample corpus (seven
 PostgreSQL manual chapters, 260 labelled queries), embedded with a real model, through `toolkit.evaluate`.
 
 Prints the table as Markdown, writes the frontier plot (docs/frontier.png by default) and the full report as
 JSON. Embeddings go through the on-disk cache (~/.cache/toolkit), so a second run embeds nothing.
 
-    .venv/bin/python bench/sweep.py                                   # e5, the five configurations
+    .venv/bin/python bench/sweep.py                                   # e5, the six configurations
     .venv/bin/python bench/sweep.py --model hashing:64 --plot /tmp/x.png   # a quick dry run
 """
 
@@ -29,6 +29,7 @@ CONFIGS = [
     "sentence:200:1",
     "recursive:400:0",
     "markdown:400:40",
+    "markdown:200:20",
     "sentence:100:0:parent=markdown,800,0",
 ]
 
