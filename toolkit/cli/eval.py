@@ -25,7 +25,7 @@ COLUMNS = [
 ]
 
 
-@click.command("eval", short_help="Compare chunker configurations on labelled queries (recall, cost per query).")
+@click.command("eval", short_help="Compare chunker configurations: recall against cost per query.")
 @click.option(
     "--corpus",
     "corpus",
