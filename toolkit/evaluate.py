@@ -393,13 +393,13 @@ def evaluate_version(
 
     from toolkit.embedding_cache import EmbeddingCache
     from toolkit.models import embedder_for_model, get_model
-    from toolkit.verify import _can_be_reader, _documents, _pick_tenant, _version_info
+    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
 
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 250:
         raise InputError(f"k (chunks retrieved per query) must be a whole number from 1 to 250, not {k!r}.")
-    tenant = _pick_tenant(conn, tenant)
-    alias, chunker_version, _, dims = _version_info(conn, version)
-    documents = _documents(conn, tenant)
+    tenant = pick_tenant(conn, tenant)
+    alias, chunker_version, _, dims = version_info(conn, version)
+    documents = tenant_documents(conn, tenant)
     labelled = load_queries(queries, documents)
     embedder = embedder_for_model(get_model(conn, alias), dims)
     table = sql.Identifier("toolkit", f"chunks_v{int(version)}")
@@ -426,7 +426,7 @@ def evaluate_version(
     cache = cache if cache is not None else EmbeddingCache()
     vectors = cache.embed_queries(embedder, [q.query for q in labelled])
     depth = k * HITS_PER_CONTEXT if parents else k
-    as_reader = _can_be_reader(conn)
+    as_reader = can_be_reader(conn)
     search = sql.SQL(
         "SELECT chunk_id FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding <=> %s LIMIT %s"
     ).format(table)

@@ -44,6 +44,7 @@ class Progress:
         self._last = self.started
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self._interval = 0.1 if self._tty else log_interval
+        self._written_at: int | None = None  # the count last written, so finish() never repeats a line
 
     def advance(self, count: int = 1, **extra) -> None:
         self.done += count
@@ -69,8 +70,9 @@ class Progress:
         return text
 
     def _write(self, final: bool) -> None:
-        if self.quiet:
+        if self.quiet or (final and not self._tty and self._written_at == self.done):
             return
+        self._written_at = self.done
         if self._tty:
             self.stream.write("\r\033[K" + self.line() + ("\n" if final else ""))
         else:

@@ -70,7 +70,7 @@ class VerifyReport:
         }
 
 
-def _pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
+def pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
     with conn.transaction():
         tenants = [r[0] for r in conn.execute("SELECT DISTINCT tenant FROM toolkit.documents ORDER BY 1")]
     if tenant is not None:
@@ -84,12 +84,12 @@ def _pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
     raise InputError(f"Several tenants have documents ({', '.join(tenants[:5])}…); name one with --tenant.")
 
 
-def _documents(conn: psycopg.Connection, tenant: str) -> dict[str, str]:
+def tenant_documents(conn: psycopg.Connection, tenant: str) -> dict[str, str]:
     with conn.transaction():
         return dict(conn.execute("SELECT doc_id, raw_text FROM toolkit.documents WHERE tenant = %s", (tenant,)))
 
 
-def _version_info(conn: psycopg.Connection, version: int) -> tuple[str, str, str, int]:
+def version_info(conn: psycopg.Connection, version: int) -> tuple[str, str, str, int]:
     with conn.transaction():
         row = conn.execute(
             "SELECT model_alias, chunker_version, state, dimensions FROM toolkit.versions WHERE version = %s",
@@ -102,7 +102,7 @@ def _version_info(conn: psycopg.Connection, version: int) -> tuple[str, str, str
     return row
 
 
-def _can_be_reader(conn: psycopg.Connection) -> bool:
+def can_be_reader(conn: psycopg.Connection) -> bool:
     with conn.transaction():
         return conn.execute("SELECT pg_has_role(current_user, 'toolkit_reader', 'MEMBER')").fetchone()[0]
 
@@ -122,7 +122,7 @@ def search_spans(conn, relation: sql.Composable, vector, tenant: str, k: int, as
 
 
 def _run(conn, version: int, relation, queries: list[LabelledQuery], tenant: str, k: int, as_reader: bool) -> Side:
-    alias, chunker_version, _, dims = _version_info(conn, version)
+    alias, chunker_version, _, dims = version_info(conn, version)
     embedder = embedder_for_model(get_model(conn, alias), dims)
     vectors = [embedder.embed_query(q.query) for q in queries]
     scores, hits = [], []
@@ -151,11 +151,11 @@ def verify(
     """Scores the candidate (and the active version, if another one is active), applies the gate, stores it."""
     if k < 1:
         raise InputError("-k must be at least 1.")
-    tenant = _pick_tenant(conn, tenant)
-    queries = load_queries(queries_path, _documents(conn, tenant))
+    tenant = pick_tenant(conn, tenant)
+    queries = load_queries(queries_path, tenant_documents(conn, tenant))
     if not queries:
         raise InputError(f"{queries_path} holds no labelled queries.")
-    as_reader = _can_be_reader(conn)
+    as_reader = can_be_reader(conn)
     table = sql.Identifier("toolkit", f"chunks_v{int(candidate)}")
     cand = _run(conn, candidate, table, queries, tenant, k, as_reader)
     with conn.transaction():
