@@ -89,6 +89,28 @@ def list_models(conn: psycopg.Connection) -> list[Model]:
     return [get_model(conn, alias) for alias in aliases]
 
 
+def parse_options(pairs) -> dict:
+    """``KEY=VALUE`` strings into provider options: true/false, integers and numbers are converted."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise InputError(f"The option {pair!r} is not KEY=VALUE; write e.g. --option timeout=30.")
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            options[key.strip()] = lowered == "true"
+            continue
+        for kind in (int, float):
+            try:
+                options[key.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            options[key.strip()] = value
+    return options
+
+
 def embedder_for_model(model: Model, dimensions: int | None = None, **options):
     """Builds the embedder a registered model describes (API keys come from the environment)."""
     from toolkit.embedding import get_embedder

