@@ -130,6 +130,13 @@ def _load(location: str):
     except ImportError as error:
         raise EmbeddingError(f"sentence-transformers is not installed; {_INSTALL_HINT}.") from error
     try:
+        # transformers draws a "Loading weights" progress bar on every load: noise in our output.
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+    except ImportError:
+        pass
+    try:
         return SentenceTransformer(location)
     except Exception as error:  # the library raises OSError, ValueError, HF hub errors...
         raise EmbeddingError(
