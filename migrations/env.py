@@ -38,7 +38,12 @@ def run_migrations_online() -> None:
             context.run_migrations()
             heads = set(ScriptDirectory.from_config(config).get_heads())
             if set(context.get_context().get_current_heads()) == heads:
-                apply_idempotent(connection.connection.driver_connection)
+                driver = connection.connection.driver_connection
+                apply_idempotent(driver)
+                # Commands check the schema revision as whatever role they run as.
+                driver.execute(
+                    f"GRANT SELECT ON public.{VERSION_TABLE} TO toolkit_reader, toolkit_writer, toolkit_owner"
+                )
     finally:
         if engine is not None:
             connection.close()

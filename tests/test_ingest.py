@@ -221,3 +221,14 @@ def test_small_to_big_parents_are_stored_beside_their_children_and_never_embedde
         f"SELECT count(*) FROM toolkit.chunks_v{v} WHERE doc_id = 'sub/passwords.md' GROUP BY start_offset, end_offset"
     ).fetchall()
     assert (2,) in single, "the one-sentence document is stored as a parent and a child with the same span"
+
+
+def test_the_same_document_id_from_two_paths_is_refused(conn, tmp_path, make_model):
+    make_model("h1", 16)
+    versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    for root, text in (("ra", "alpha text from root a only."), ("rb", "beta text from root b only.")):
+        (tmp_path / root).mkdir()
+        (tmp_path / root / "same.md").write_text(text)
+    with pytest.raises(InputError, match=r"same document 'same\.md'"):
+        ingest(conn, [tmp_path / "ra", tmp_path / "rb"], "acme")
+    assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 0

@@ -98,7 +98,6 @@ def test_reader_cannot_write_or_reach_private_tables_and_functions(conn, live):
         "DELETE FROM toolkit.active_chunks",
         "SELECT * FROM toolkit.documents",
         "SELECT * FROM toolkit.versions",
-        "SELECT * FROM toolkit.models",
         "SELECT * FROM toolkit.evaluations",
         "SELECT * FROM toolkit.version_status()",
         f"SELECT toolkit.activate_version({v}, true)",

@@ -209,3 +209,22 @@ def test_duplicate_alias_is_refused_not_repointed(conn, make_model):
     with pytest.raises(InputError, match="already registered"):
         make_model("m1", 16)
     assert conn.execute("SELECT dimensions FROM toolkit.models WHERE alias = 'm1'").fetchone()[0] == 8
+
+
+def test_a_standby_version_goes_back_live_through_the_gate(conn, make_model):
+    make_model("m1", 8)
+    make_model("m2", 8)
+    v1 = ready_version(conn, "m1", 8, {"a": 10})
+    v2 = ready_version(conn, "m2", 8, {"a": 10}, seed=1)
+    versions.activate_version(conn, v1, force=True)
+    record(conn, v2, passed=True)
+    versions.activate_version(conn, v2)
+    assert state(conn, v1) == "standby"
+    with pytest.raises(StateError, match="no passing verification"):
+        versions.activate_version(conn, v1)
+    evaluation = record(conn, v1, passed=True)
+    assert state(conn, v1) == "standby"
+    cutover = versions.activate_version(conn, v1)
+    row = conn.execute("SELECT forced, evaluation_id FROM toolkit.cutovers WHERE cutover_id = %s", (cutover,))
+    assert row.fetchone() == (False, evaluation)
+    assert (state(conn, v1), state(conn, v2)) == ("active", "standby")

@@ -20,7 +20,7 @@ from psycopg import sql
 from toolkit import versions
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows
+from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows, vector_schema
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
 
@@ -72,7 +72,7 @@ def prepare_version(
 
     get_model(conn, model_alias)  # a clear error for an unknown alias
     chunker = get_chunker(chunker_spec)
-    existing = versions.find_version(conn, model_alias, chunker.version)
+    existing = versions.find_version(conn, model_alias, chunker.version, storage, dimensions)
     if existing is None:
         try:
             created = versions.create_version(
@@ -90,7 +90,7 @@ def prepare_version(
             # Two backfills started at once: the other one created the version first; join it.
             if not isinstance(error.__cause__, psycopg.errors.UniqueViolation):
                 raise
-            existing = versions.find_version(conn, model_alias, chunker.version)
+            existing = versions.find_version(conn, model_alias, chunker.version, storage, dimensions)
     state = _version_row(conn, existing)[6]
     if state == "building" and not resume:
         raise StateError(
@@ -147,6 +147,13 @@ def chunk_pending_documents(
             break
         batch = pending[start : start + batch_documents]
         with translate_errors(), conn.transaction():
+            # mark_version_ready takes this lock exclusively: no row without an embedding lands in a ready version.
+            conn.execute(
+                "SELECT pg_advisory_xact_lock_shared(hashtext('toolkit.version-rows:' || %s::text))", (target.version,)
+            )
+            state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (target.version,)).fetchone()
+            if state is None or state[0] != "building":
+                break
             for tenant in sorted({t for t, _ in batch}):
                 _lock_documents(conn, tenant, [d for t, d in batch if t == tenant])
             rows = []
@@ -197,16 +204,19 @@ def embed_pending_rows(
         "SELECT tenant, chunk_id, heading_path, context, text FROM {}"
         " WHERE embedding IS NULL AND NOT is_parent ORDER BY tenant, chunk_id LIMIT %s FOR UPDATE SKIP LOCKED"
     ).format(target.table)
-    update = sql.SQL(
-        "UPDATE {} AS c SET embedding = e.embedding::{}, updated_at = now() FROM pg_temp.toolkit_backfill AS e"
-        " WHERE c.tenant = e.tenant AND c.chunk_id = e.chunk_id"
-    ).format(target.table, sql.SQL(target.storage))
     with conn.transaction():
+        schema = sql.Identifier(vector_schema(conn))
         # Embeddings go to a temporary table by binary COPY, then into the version with one UPDATE.
         conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS toolkit_backfill (tenant text, chunk_id text, embedding vector)"
-            " ON COMMIT DELETE ROWS"
+            sql.SQL(
+                "CREATE TEMP TABLE IF NOT EXISTS toolkit_backfill (tenant text, chunk_id text, embedding {}.vector)"
+                " ON COMMIT DELETE ROWS"
+            ).format(schema)
         )
+    update = sql.SQL(
+        "UPDATE {} AS c SET embedding = e.embedding::{}.{}, updated_at = now() FROM pg_temp.toolkit_backfill AS e"
+        " WHERE c.tenant = e.tenant AND c.chunk_id = e.chunk_id"
+    ).format(target.table, schema, sql.SQL(target.storage))
     while not stop.is_set():
         with translate_errors(), conn.transaction():
             rows = conn.execute(claim, (batch_size,)).fetchall()
@@ -235,16 +245,20 @@ def embed_pending_rows(
     return "interrupted"
 
 
-def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB") -> float | None:
-    """Builds the HNSW index after the load and moves the version to ready. Returns the index build seconds,
-    or None when another backfill still holds rows of this version or is finalizing it (it finishes the job)."""
+def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB"):
+    """Builds the HNSW index after the load and moves the version to ready; returns the index build seconds.
+
+    Returns "pending" when rows still wait for an embedding (claimed by a concurrent backfill: run another
+    pass), and None when the version is no longer building (a concurrent backfill finished it)."""
     key = f"toolkit.finalize\x1f{version}"
     with conn.transaction():
-        if not conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (key,)).fetchone()[0]:
-            return None
+        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
     try:
-        if versions.version_pending_rows(conn, version) > 0:
-            return None  # rows claimed by a concurrent backfill, which finalizes when it is done
+        if _version_row(conn, version)[6] != "building":
+            return None
+        with conn.transaction():
+            if versions.version_pending_rows(conn, version) > 0:
+                return "pending"
         # VACUUM ANALYZE after the load: the planner learns the table and the UPDATEs' dead tuples go.
         autocommit = conn.autocommit
         conn.autocommit = True
@@ -259,7 +273,10 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
             raise StateError(
                 f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
             )
-        versions.mark_version_ready(conn, version)
+        try:
+            versions.mark_version_ready(conn, version)
+        except StateError:
+            return "pending"  # rows arrived after the count (a concurrent chunk batch): another pass
         return seconds
     finally:
         with conn.transaction():
@@ -269,6 +286,46 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
 def _index_valid(conn, version: int) -> bool:
     with conn.transaction():
         return conn.execute("SELECT toolkit.version_index_valid(%s)", (version,)).fetchone()[0]
+
+
+def _embed_all(database_url, conn, target, embedder, budget, batch_size, workers, stop, limiter, on_batch):
+    """Runs the embedding loop on this connection, or on ``workers`` connections in threads; returns why it
+    stopped early, or None when the queue is empty."""
+    if workers == 1:
+        return embed_pending_rows(
+            conn, target, embedder, budget, batch_size=batch_size, stop=stop, limiter=limiter, on_batch=on_batch
+        )
+    outcomes: list[str | None] = []
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            with connect(database_url) as wconn:
+                outcomes.append(
+                    embed_pending_rows(
+                        wconn,
+                        target,
+                        embedder,
+                        budget,
+                        batch_size=batch_size,
+                        stop=stop,
+                        limiter=limiter,
+                        on_batch=on_batch,
+                    )
+                )
+        except BaseException as error:  # reported below; the other workers stop too
+            failures.append(error)
+            stop.set()
+
+    threads = [threading.Thread(target=worker, name=f"backfill-{i}") for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    reasons = [o for o in outcomes if o]
+    return reasons[0] if reasons else None
 
 
 def backfill(
@@ -322,10 +379,6 @@ def backfill(
         target._embedder = embedder
         progress = progress or Progress("backfill", unit="rows", quiet=True)
 
-        report.documents_chunked = chunk_pending_documents(conn, target, stop=stop)
-        with conn.transaction():
-            pending = versions.version_pending_rows(conn, version)
-        progress.total = pending
         budget = _Budget(model.price_per_million_tokens, max_cost)
         lock = threading.Lock()
 
@@ -334,50 +387,28 @@ def backfill(
                 report.rows_embedded += rows
                 progress.advance(rows, tokens=f"{budget.tokens:,}", cost=f"${budget.cost:.4f}")
 
-        outcomes: list[str | None] = []
-        failures: list[BaseException] = []
-
-        def worker() -> None:
-            try:
-                with connect(database_url) as wconn:
-                    outcomes.append(
-                        embed_pending_rows(
-                            wconn,
-                            target,
-                            embedder,
-                            budget,
-                            batch_size=batch_size,
-                            stop=stop,
-                            limiter=limiter,
-                            on_batch=on_batch,
-                        )
-                    )
-            except BaseException as error:  # reported below; the other workers stop too
-                failures.append(error)
-                stop.set()
-
-        if workers == 1:
-            outcomes.append(
-                embed_pending_rows(
-                    conn, target, embedder, budget, batch_size=batch_size, stop=stop, limiter=limiter, on_batch=on_batch
-                )
+        # Chunk what is missing, embed what is pending, then finalize; another pass when a concurrent
+        # backfill still holds rows of this version (it commits them, and one of us builds the index).
+        while True:
+            report.documents_chunked += chunk_pending_documents(conn, target, stop=stop)
+            with conn.transaction():
+                progress.total = report.rows_embedded + versions.version_pending_rows(conn, version)
+            outcome = _embed_all(
+                database_url, conn, target, embedder, budget, batch_size, workers, stop, limiter, on_batch
             )
-        else:
-            threads = [threading.Thread(target=worker, name=f"backfill-{i}") for i in range(workers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if failures:
-                raise failures[0]
+            if outcome or stop.is_set():
+                report.stopped = outcome or "interrupted"
+                break
+            finished = finalize_version(conn, version)
+            if finished == "pending":
+                time.sleep(0.2)
+                continue
+            if isinstance(finished, float):
+                report.index_seconds = finished
+            break
         progress.finish()
         report.tokens = budget.tokens
         report.estimated_cost_usd = round(budget.cost, 6)
-        reasons = [o for o in outcomes if o]
-        if reasons:
-            report.stopped = reasons[0]
-        elif not stop.is_set():
-            report.index_seconds = finalize_version(conn, version)
         report.state = _version_row(conn, version)[6]
         report.seconds = time.perf_counter() - started
         return report

@@ -6,6 +6,7 @@ import re
 from datetime import timedelta
 
 import psycopg
+from psycopg import sql
 
 from toolkit import versions
 from toolkit.errors import InputError
@@ -61,13 +62,27 @@ def parse_duration(text: str) -> timedelta:
 
 
 def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:
-    """Standby and abandoned (building/ready/verified) versions whose state is older than the window."""
+    """Standby and abandoned (building/ready/verified) versions whose state is older than the window; a building
+    version whose rows were written within the window is a backfill still running, and is kept."""
     with conn.transaction():
-        return conn.execute(
+        rows = conn.execute(
             "SELECT version, state FROM toolkit.versions WHERE state IN ('standby', 'building', 'ready', 'verified')"
             " AND state_changed_at < clock_timestamp() - %s ORDER BY version",
             (older_than,),
         ).fetchall()
+        candidates = []
+        for version, state in rows:
+            if state == "building":
+                recent = conn.execute(
+                    sql.SQL("SELECT max(updated_at) >= clock_timestamp() - %s FROM {}").format(
+                        sql.Identifier("toolkit", f"chunks_v{int(version)}")
+                    ),
+                    (older_than,),
+                ).fetchone()[0]
+                if recent:
+                    continue
+            candidates.append((version, state))
+    return candidates
 
 
 def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_run: bool = False) -> list[int]:

@@ -121,7 +121,7 @@ def connect(url: str, *, autocommit: bool = False, register_vector: bool = True)
     """Opens a connection; registers pgvector's types when the extension is installed."""
     try:
         conn = psycopg.connect(url, autocommit=autocommit)
-    except psycopg.OperationalError as error:
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as error:
         raise DatabaseError(
             f"Could not connect to the database: {str(error).strip()}. "
             "Check --database-url / TOOLKIT_DATABASE_URL, or omit it to use the embedded server."
@@ -167,6 +167,26 @@ def check_server(conn: psycopg.Connection) -> dict:
     if not conn.autocommit:
         conn.rollback()
     return {"server_version": server_version, "pgvector_version": row[0]}
+
+
+def describe_database_error(error: psycopg.Error) -> str:
+    """One sentence, with the fix where there is a usual one, for a database error nobody translated."""
+    diag = error.diag
+    text = str(error).strip()
+    message = diag.message_primary or (text.splitlines()[0] if text else type(error).__name__)
+    if error.sqlstate == "42501":
+        return (
+            f"The database refused: {message}. Connect as a role with the toolkit privileges: a member of "
+            "toolkit_writer for ingest, backfill, verify and cutover, of toolkit_reader for search (see docs/sql.md)."
+        )
+    if error.sqlstate == "42P01":
+        return f"The database says: {message}. A version may have been retired meanwhile; run toolkit status."
+    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+        return f"The database connection failed: {message}. Check --database-url / TOOLKIT_DATABASE_URL."
+    if isinstance(error, psycopg.ProgrammingError) and error.sqlstate is None:
+        return f"The database URL or request is not valid: {message}. Use postgresql://user:password@host:port/db."
+    hint = f" {diag.message_hint}" if diag.message_hint else ""
+    return f"The database failed ({error.sqlstate or type(error).__name__}): {message}.{hint}"
 
 
 _STATE_CODES = {"55000", "P0001"}

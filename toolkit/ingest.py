@@ -98,6 +98,20 @@ class LiveVersion:
         return self._embedder
 
 
+class _VersionsChanged(Exception):
+    """A version was created or retired between preparing a batch and writing it: prepare it again."""
+
+
+def lock_live_version_ids(conn: psycopg.Connection) -> list[int]:
+    """Takes the shared version-set lock (create_version and retire_version take it exclusively) for the rest of
+    the transaction and returns the live versions as they are now: a write never misses a new version."""
+    conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext('toolkit.version-set'))")
+    rows = conn.execute(
+        "SELECT version FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version", (list(LIVE_STATES),)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
     with conn.transaction():
         rows = conn.execute(
@@ -224,23 +238,61 @@ def chunk_rows(
     ]
 
 
+def vector_schema(conn: psycopg.Connection) -> str:
+    """The schema holding pgvector's types (the catalogs are readable by every role)."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_catalog.pg_extension AS e"
+        " JOIN pg_catalog.pg_namespace AS n ON e.extnamespace = n.oid WHERE e.extname = 'vector'"
+    ).fetchone()
+    return row[0] if row else "public"
+
+
+def bypasses_row_security(conn: psycopg.Connection) -> bool:
+    """PostgreSQL refuses COPY FROM into a table with row-level security unless the role bypasses it."""
+    return conn.execute(
+        "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = current_user"
+    ).fetchone()[0]
+
+
 def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequence[tuple]) -> None:
-    """Writes rows with binary COPY (the fastest path into PostgreSQL)."""
+    """Writes rows with binary COPY, the fastest path into PostgreSQL: straight into the version's table for
+    a role that bypasses row-level security, else through a temporary table and one INSERT … SELECT (which
+    the policies check). Runs in the caller's transaction."""
     if not rows:
         return
-    from pgvector.utils import HalfVector
+    columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+    if bypasses_row_security(conn):
+        from pgvector.utils import HalfVector
 
-    query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-        target.table, sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+        half = target.storage == "halfvec"
+        with conn.cursor().copy(
+            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(target.table, columns)
+        ) as copy:
+            copy.set_types([*_COPY_TYPES, target.storage])
+            for row in rows:
+                vector = row[-1]
+                copy.write_row((*row[:-1], HalfVector(vector) if vector is not None and half else vector))
+        return
+    staging = sql.Identifier("pg_temp", "toolkit_chunk_rows")
+    vector_type = sql.SQL("{}.vector").format(sql.Identifier(vector_schema(conn)))
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE IF NOT EXISTS toolkit_chunk_rows (tenant text, chunk_id text, doc_id text,"
+            " parent_id text, is_parent boolean, position integer, start_offset integer, end_offset integer,"
+            " heading_path text[], context text, text text, content_hash text, token_count integer,"
+            " access_labels text[], embedding {}) ON COMMIT DELETE ROWS"
+        ).format(vector_type)
     )
-    half = target.storage == "halfvec"
-    with conn.cursor().copy(query) as copy:
-        copy.set_types([*_COPY_TYPES, target.storage])
+    with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(staging, columns)) as copy:
+        copy.set_types([*_COPY_TYPES, "vector"])
         for row in rows:
-            vector = row[-1]
-            if vector is not None and half:
-                vector = HalfVector(vector)
-            copy.write_row((*row[:-1], vector))
+            copy.write_row(row)
+    selected = sql.SQL(", ").join(
+        [sql.Identifier(c) for c in CHUNK_COLUMNS[:-1]]
+        + [sql.SQL("embedding::{}.{}").format(sql.Identifier(vector_schema(conn)), sql.SQL(target.storage))]
+    )
+    conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target.table, columns, selected, staging))
+    conn.execute(sql.SQL("DELETE FROM {}").format(staging))
 
 
 def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str]) -> dict:
@@ -262,17 +314,16 @@ def _lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"toolkit.doc\x1f{tenant}\x1f{doc_id}",))
 
 
-def delete_documents(conn: psycopg.Connection, targets: list[LiveVersion], tenant: str, doc_ids: list[str]) -> int:
+def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:
     """Deletes documents and their chunks from every live version (in the caller's transaction)."""
     if not doc_ids:
         return 0
+    live = lock_live_version_ids(conn)
     _lock_documents(conn, tenant, doc_ids)
-    for target in targets:
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table),
-            (tenant, doc_ids),
-        )
-        conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))
+    for version in live:
+        table = sql.Identifier("toolkit", f"chunks_v{version}")
+        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(table), (tenant, doc_ids))
+        conn.execute("SELECT toolkit.touch_version(%s)", (version,))
     return conn.execute(
         "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
     ).rowcount
@@ -306,7 +357,7 @@ def ingest(
         target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
 
     began = time.perf_counter()
-    documents, seen_by_root = [], {root: set() for root in roots}
+    documents, seen_by_root, first_source = [], {root: set() for root in roots}, {}
     for path, root in zip(paths, roots, strict=True):
         for item in read_documents([path]):
             if isinstance(item, SourceError):
@@ -314,6 +365,12 @@ def ingest(
                 if getattr(item, "doc_id", None):
                     seen_by_root[root].add(item.doc_id)
                 continue
+            if item.doc_id in first_source:
+                raise InputError(
+                    f"Two files would be stored as the same document {item.doc_id!r}: {first_source[item.doc_id]} "
+                    f"and {item.source}. Ingest the directories separately, or under different tenants."
+                )
+            first_source[item.doc_id] = item.source
             documents.append((root, item))
             seen_by_root[root].add(item.doc_id)
     report.documents = len(documents)
@@ -321,9 +378,21 @@ def ingest(
     progress = progress or Progress("ingest", unit="documents", quiet=True)
     progress.total = len(documents)
 
+    counters = ("new", "changed", "unchanged", "embedded", "reused")
     for start in range(0, len(documents), batch_documents):
         batch = documents[start : start + batch_documents]
-        _ingest_batch(conn, targets, tenant, labels, batch, report)
+        while True:
+            saved = [getattr(report, name) for name in counters]
+            try:
+                _ingest_batch(conn, targets, tenant, labels, batch, report)
+                break
+            except _VersionsChanged:
+                # A backfill created (or retire dropped) a version meanwhile: write to the new set.
+                for name, value in zip(counters, saved, strict=True):
+                    setattr(report, name, value)
+                known = {t.version: t for t in targets}
+                targets = [known.get(t.version, t) for t in live_versions(conn)]
+                report.versions = [t.version for t in targets]
         progress.advance(len(batch), chunks=sum(report.chunks_written.values()))
 
     if prune:
@@ -335,7 +404,7 @@ def ingest(
                     (tenant, root),
                 ).fetchall()
                 stale += [r[0] for r in rows if r[0] not in seen]
-            report.deleted = delete_documents(conn, targets, tenant, sorted(stale))
+            report.deleted = delete_documents(conn, tenant, sorted(stale))
     progress.finish()
     return report
 
@@ -380,6 +449,8 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
     report.seconds["prepare"] += time.perf_counter() - began
     began = time.perf_counter()
     with translate_errors(), conn.transaction():
+        if lock_live_version_ids(conn) != [t.version for t in targets]:
+            raise _VersionsChanged
         _lock_documents(conn, tenant, changed_ids)
         for root, doc, digest in work:
             conn.execute(

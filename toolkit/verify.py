@@ -107,12 +107,18 @@ def can_be_reader(conn: psycopg.Connection) -> bool:
         return conn.execute("SELECT pg_has_role(current_user, 'toolkit_reader', 'MEMBER')").fetchone()[0]
 
 
-def search_spans(conn, relation: sql.Composable, vector, tenant: str, k: int, as_reader: bool) -> list[tuple]:
-    """Top-k (doc_id, start, end) for one query vector, as an application would run it."""
+DISTANCE_OPERATORS = {"cosine": "<=>", "l2": "<->", "inner_product": "<#>"}
+
+
+def search_spans(
+    conn, relation: sql.Composable, vector, tenant: str, k: int, as_reader: bool, distance: str = "cosine"
+) -> list[tuple]:
+    """Top-k (doc_id, start, end) for one query vector, as an application would run it (the version's own
+    distance operator, so its HNSW index serves the query)."""
     query = sql.SQL(
         "SELECT doc_id, start_offset, end_offset FROM {} WHERE tenant = %s AND NOT is_parent"
-        " ORDER BY embedding <=> %s LIMIT %s"
-    ).format(relation)
+        " ORDER BY embedding {} %s LIMIT %s"
+    ).format(relation, sql.SQL(DISTANCE_OPERATORS[distance]))
     with conn.transaction():
         if as_reader:
             conn.execute("SET LOCAL ROLE toolkit_reader")
@@ -123,15 +129,23 @@ def search_spans(conn, relation: sql.Composable, vector, tenant: str, k: int, as
 
 def _run(conn, version: int, relation, queries: list[LabelledQuery], tenant: str, k: int, as_reader: bool) -> Side:
     alias, chunker_version, _, dims = version_info(conn, version)
-    embedder = embedder_for_model(get_model(conn, alias), dims)
+    model = get_model(conn, alias)
+    embedder = embedder_for_model(model, dims)
     vectors = [embedder.embed_query(q.query) for q in queries]
     scores, hits = [], []
     for q, vector in zip(queries, vectors, strict=True):
-        retrieved = search_spans(conn, relation, vector, tenant, k, as_reader)
+        retrieved = search_spans(conn, relation, vector, tenant, k, as_reader, model.distance)
         s = score_query(retrieved, q.answers, k)
         scores.append(s)
         hits.append(s.recall > 0)
     return Side(version, alias, chunker_version, aggregate(scores, k), hits)
+
+
+def _content_changed_at(conn: psycopg.Connection, version: int):
+    with conn.transaction():
+        return conn.execute(
+            "SELECT content_changed_at FROM toolkit.versions WHERE version = %s", (version,)
+        ).fetchone()[0]
 
 
 def query_set_hash(path: str | Path) -> str:
@@ -156,6 +170,7 @@ def verify(
     if not queries:
         raise InputError(f"{queries_path} holds no labelled queries.")
     as_reader = can_be_reader(conn)
+    changed_at = _content_changed_at(conn, candidate)
     table = sql.Identifier("toolkit", f"chunks_v{int(candidate)}")
     cand = _run(conn, candidate, table, queries, tenant, k, as_reader)
     with conn.transaction():
@@ -172,6 +187,8 @@ def verify(
             f"recall@{k} {cand.metrics.recall:.3f} dropped more than {max_drop:.3f} below the active version's "
             f"{base.metrics.recall:.3f}"
         )
+    if _content_changed_at(conn, candidate) != changed_at:
+        reasons.append("the version's contents changed while it was being verified; run toolkit verify again")
     passed = not reasons
     wins, losses = [], []
     if base is not None:

@@ -59,13 +59,21 @@ def create_version(
     )
 
 
-def find_version(conn: psycopg.Connection, model_alias: str, chunker_version: str) -> int | None:
-    """The live (not retired) version for a model and chunker, if there is one."""
+def find_version(
+    conn: psycopg.Connection,
+    model_alias: str,
+    chunker_version: str,
+    storage: str | None = None,
+    dimensions: int | None = None,
+) -> int | None:
+    """The live (not retired) version for a model and chunker (and storage and dimensions, when given)."""
     with conn.transaction():
         row = conn.execute(
-            "SELECT version FROM toolkit.versions WHERE model_alias = %s AND chunker_version = %s"
-            " AND state <> 'retired' ORDER BY version DESC LIMIT 1",
-            (model_alias, chunker_version),
+            "SELECT v.version FROM toolkit.versions AS v JOIN toolkit.models AS m ON m.alias = v.model_alias"
+            " WHERE v.model_alias = %s AND v.chunker_version = %s AND v.state <> 'retired'"
+            " AND (%s::text IS NULL OR v.storage = %s) AND v.dimensions = coalesce(%s, m.dimensions)"
+            " ORDER BY v.version DESC LIMIT 1",
+            (model_alias, chunker_version, storage, storage, dimensions),
         ).fetchone()
     return row[0] if row else None
 
@@ -97,8 +105,8 @@ def _swap(conn: psycopg.Connection, query: str, params: tuple, lock_timeout_ms: 
         except pg_errors.LockNotAvailable:
             time.sleep(min(0.05 * 2**attempt, 1.0))
     raise StateError(
-        f"The swap of active_chunks could not take its lock in {attempts} attempts of {lock_timeout_ms} ms; "
-        "a long-running query holds the view. Retry, or raise --lock-timeout."
+        f"The change could not take its lock in {attempts} attempts of {lock_timeout_ms} ms: a long-running "
+        "query or transaction holds active_chunks or the version's table. Retry when it has finished."
     )
 
 

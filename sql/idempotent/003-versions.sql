@@ -143,6 +143,9 @@ BEGIN
                   HINT = 'Use halfvec storage (up to 4,000 dimensions) or a shortened embedding.';
     END IF;
 
+    -- Ingest writes to every live version under the shared form of this lock, and re-reads the set of
+    -- live versions inside it: a new version is never missed by a concurrent ingest.
+    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-set'));
     INSERT INTO toolkit.versions AS v (
         model_alias, chunker_spec, chunker_version, storage, dimensions, distance,
         hnsw_m, hnsw_ef_construction, text_search_config
@@ -270,6 +273,9 @@ AS $$
 DECLARE
     pending bigint;
 BEGIN
+    -- A backfill's chunk batch holds the shared form of this lock while it writes rows without embeddings.
+    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-rows:' || target::text));
+    PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);
     IF pending > 0 THEN
         RAISE EXCEPTION 'version % still has % rows without an embedding', target, pending

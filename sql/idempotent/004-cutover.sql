@@ -91,16 +91,18 @@ BEGIN
     ORDER BY e.created_at DESC
     LIMIT 1;
 
-    IF NOT force AND (v.state <> 'verified' OR passing_evaluation IS NULL) THEN
+    IF v.state NOT IN ('ready', 'verified', 'standby') THEN
+        RAISE EXCEPTION 'version % is % and cannot be activated, even with force', target, v.state
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'A version must be fully embedded and indexed (ready) first: toolkit backfill --resume.';
+    END IF;
+    -- The gate: verified (or a standby version going back live) with a passing evaluation newer than
+    -- the version's last change of contents.
+    IF NOT force AND (v.state NOT IN ('verified', 'standby') OR passing_evaluation IS NULL) THEN
         RAISE EXCEPTION 'version % has no passing verification newer than its last change (state %)',
             target, v.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).';
-    END IF;
-    IF v.state NOT IN ('ready', 'verified', 'standby') THEN
-        RAISE EXCEPTION 'version % is % and cannot be activated, even with force', target, v.state
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'A version must be fully embedded and indexed (ready) first.';
     END IF;
     IF NOT toolkit.version_index_valid(target) THEN
         RAISE EXCEPTION 'version % has no valid HNSW index', target
@@ -176,6 +178,8 @@ DECLARE
     new_id bigint;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('toolkit.cutover'));
+    -- Ingest writes to every live version under the shared form of this lock: none is mid-write here.
+    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-set'));
     IF (SELECT x.state FROM toolkit.versions AS x WHERE x.version = target FOR UPDATE) = 'active' THEN
         RAISE EXCEPTION 'version % is active and cannot be retired', target
             USING ERRCODE = 'object_not_in_prerequisite_state',

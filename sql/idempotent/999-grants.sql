@@ -19,6 +19,8 @@ toolkit.active_version(),
 toolkit.active_model()
 TO toolkit_reader, toolkit_writer;
 GRANT SELECT ON toolkit.active_chunks TO toolkit_reader, toolkit_writer;
+-- The model registry holds no secrets; an application reads it to embed questions like the chunks.
+GRANT SELECT ON toolkit.models TO toolkit_reader;
 
 -- What ingest, backfill, verify and cutover need.
 GRANT SELECT, INSERT, UPDATE, DELETE ON toolkit.documents TO toolkit_writer;

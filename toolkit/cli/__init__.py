@@ -31,6 +31,32 @@ class ToolkitGroup(click.Group):
             return super().invoke(ctx)
         except ToolkitError as error:
             raise click.ClickException(str(error)) from error
+        except Exception as error:
+            message = _unexpected(error)
+            if message is None:
+                raise
+            raise click.ClickException(message) from error
+
+
+def _unexpected(error: Exception) -> str | None:
+    """A sentence for failures from the database, the migration tool or the file system; None re-raises."""
+    import psycopg
+
+    if isinstance(error, psycopg.Error):
+        from toolkit.database import describe_database_error
+
+        return describe_database_error(error)
+    module = type(error).__module__ or ""
+    if module.startswith(("sqlalchemy", "alembic")):
+        cause = error.__cause__ or getattr(error, "orig", None)
+        if isinstance(cause, psycopg.Error):
+            from toolkit.database import describe_database_error
+
+            return describe_database_error(cause)
+        return f"The migration tool failed: {str(error).strip()}. Check the revision name and the database URL."
+    if isinstance(error, OSError):
+        return f"{error.strerror or error}: {error.filename or ''}".strip(": ") + ". Check the path and permissions."
+    return None
 
 
 @click.group(cls=ToolkitGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -237,6 +237,8 @@ def retire(older_than, version, dry_run) -> None:
     _, conn = open_database()
     with conn:
         if version is not None:
+            if dry_run and version == versions.active_version(conn):
+                raise click.ClickException(f"Version {version} is active and cannot be retired.")
             if not dry_run:
                 versions.retire_version(conn, version, reason="toolkit retire --version")
             retired = [version]
