@@ -340,9 +340,10 @@ def render(rows: list[dict], machine: dict) -> str:
         "same single tiktoken pass (its merging is in Rust), so a 2× lead over it would need a tokenizer faster "
         "than tiktoken's own Rust core.",
         "",
-        "On this shared machine the same code gave ratios that moved by about ±0.15 from run to run (1-minute load "
-        "average 5–9 while other work ran): read `markdown` against semchunk as parity (0.94×–1.16× over three "
-        "runs on 2026-11-29), not as a clear win, and `recursive` against chonkie as 0.8×–1.0×.",
+        "Over four runs on 2026-11-29 (three under a load average of 5–9, the last on a quiet machine at 0.6) "
+        "`markdown` against semchunk measured 0.94×–1.16× cold and 0.68×–1.16× warm, and `recursive` against "
+        "chonkie 0.8×–1.0×: read the first as parity at best, not a win, and the `markdown` target as not reliably "
+        "met. The warm `markdown` figure of the quiet run (slower than its cold one) is unexplained yet.",
         "",
         '"exact source offsets": *given* means the chunker returns offsets and `text[start:start+len(chunk)]` equals '
         "the chunk for every chunk; *by search* means it returns strings only, each found verbatim in order; *no* "
