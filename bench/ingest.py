@@ -204,6 +204,36 @@ def measure_ingest(url: str, corpus: Path, spec: str) -> tuple[dict, int]:
     }, version
 
 
+def measure_ingest_as_writer(server: Server, corpus: Path, spec: str) -> dict:
+    """(a') The same ingest as a login role in toolkit_writer (the least-privilege setup): row-level security
+    applies, so ingest writes through a temporary table and INSERT … SELECT instead of COPY into the table."""
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    url = server.new_database("bench_writer")
+    with connect(url, autocommit=True) as conn:
+        register_hashing(conn)
+        version = new_version(conn, "hash384", spec)
+        conn.execute("CREATE ROLE bench_writer LOGIN IN ROLE toolkit_writer")
+        checkpoint(conn)
+    parts = urlsplit(url)
+    writer_url = urlunsplit(parts._replace(netloc="bench_writer@" + parts.netloc.split("@")[-1]))
+    with connect(writer_url) as conn:
+        started = time.perf_counter()
+        report = ingest(conn, [corpus], TENANT)
+        wall = time.perf_counter() - started
+    chunks = report.chunks_written[version]
+    return {
+        "documents": report.documents,
+        "chunks": chunks,
+        "seconds": wall,
+        "stages": report.seconds,
+        "chunks_per_s": chunks / wall,
+        "write_chunks_per_s": chunks / report.seconds["write"],
+        "load_average": load_average(),
+    }
+
+
 def stored_rows(conn, version: int) -> list[tuple]:
     from psycopg import sql
 
@@ -421,6 +451,8 @@ def run(args) -> dict:
             print(f"bare COPY: {results['bare_copy']}", flush=True)
             results["bare_copy_batched"] = measure_bare_copy(server.url, rows, CHUNKER, batch_documents=32)
             print(f"bare COPY, 32 documents a transaction: {results['bare_copy_batched']}", flush=True)
+            results["ingest_writer"] = measure_ingest_as_writer(server, work / "big", CHUNKER)
+            print(f"ingest as a toolkit_writer login: {results['ingest_writer']}", flush=True)
             results["langchain"] = measure_langchain(server.url, rows, args.langchain_chunks)
             print(f"langchain-postgres: {results['langchain']}", flush=True)
             del rows
@@ -438,6 +470,7 @@ def run(args) -> dict:
     results["ratios"] = {
         "write_stage_over_bare_copy": ingest["write_chunks_per_s"] / bare["chunks_per_s"],
         "end_to_end_over_bare_copy": ingest["chunks_per_s"] / bare["chunks_per_s"],
+        "writer_write_stage_over_bare_copy": results["ingest_writer"]["write_chunks_per_s"] / bare["chunks_per_s"],
         "write_stage_over_langchain": ingest["write_chunks_per_s"] / chain["chunks_per_s"],
         "end_to_end_over_langchain": ingest["chunks_per_s"] / chain["chunks_per_s"],
     }
@@ -446,7 +479,7 @@ def run(args) -> dict:
 
 def table(results: dict) -> str:
     ingest, bare, chain, ratios = results["ingest"], results["bare_copy"], results["langchain"], results["ratios"]
-    stages, batched = ingest["stages"], results["bare_copy_batched"]
+    stages, batched, writer = ingest["stages"], results["bare_copy_batched"], results["ingest_writer"]
     lines = [
         "| path | chunks | seconds | chunks/s |",
         "| --- | ---: | ---: | ---: |",
@@ -457,6 +490,10 @@ def table(results: dict) -> str:
         f" {ingest['chunks'] / stages['prepare']:,.0f} |",
         f"| toolkit ingest, write stage (documents + binary COPY, 32 documents a transaction) | |"
         f" {stages['write']:.1f} | {ingest['write_chunks_per_s']:,.0f} |",
+        f"| toolkit ingest as a `toolkit_writer` login, end to end | {writer['chunks']:,} | {writer['seconds']:.1f} |"
+        f" {writer['chunks_per_s']:,.0f} |",
+        f"| toolkit ingest as a `toolkit_writer` login, write stage (temporary table + INSERT … SELECT) | |"
+        f" {writer['stages']['write']:.1f} | {writer['write_chunks_per_s']:,.0f} |",
         f"| bare binary COPY, one transaction, same rows, same DDL | {bare['chunks']:,} | {bare['seconds']:.1f} |"
         f" {bare['chunks_per_s']:,.0f} |",
         f"| bare binary COPY, one transaction per 32 documents (ingest's boundaries) | {batched['chunks']:,} |"
@@ -468,6 +505,7 @@ def table(results: dict) -> str:
         "",
         f"- toolkit write stage / bare COPY: **{ratios['write_stage_over_bare_copy']:.2f}×** (target ≥ 0.8);"
         f" end to end / bare COPY: {ratios['end_to_end_over_bare_copy']:.2f}×",
+        f"- as a `toolkit_writer` login: write stage / bare COPY {ratios['writer_write_stage_over_bare_copy']:.2f}×",
         f"- toolkit write stage / langchain-postgres: **{ratios['write_stage_over_langchain']:.1f}×**;"
         f" end to end / langchain-postgres: **{ratios['end_to_end_over_langchain']:.1f}×** (target ≥ 10)",
     ]

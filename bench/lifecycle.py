@@ -59,8 +59,8 @@ QUERY = "SELECT version, chunk_id FROM toolkit.active_chunks ORDER BY embedding 
 
 
 class StageClock(Progress):
-    """A quiet progress that notes when backfill() sets its total (chunking is done, embedding starts) and when
-    it finishes (embedding is done; VACUUM, the index build and the state change follow)."""
+    """A quiet progress that notes when backfill() first sets its total (chunking is done, embedding starts) and
+    when the last batch is reported (embedding is done; VACUUM, the index build and the state change follow)."""
 
     def __init__(self):
         self.marks: dict[str, float] = {}
@@ -74,11 +74,11 @@ class StageClock(Progress):
     def total(self, value):
         self._total = value
         if value is not None:
-            self.marks["embedding"] = time.perf_counter()
+            self.marks.setdefault("embedding", time.perf_counter())
 
-    def finish(self) -> None:
+    def advance(self, count: int = 1, **extra) -> None:
+        super().advance(count, **extra)
         self.marks["embedded"] = time.perf_counter()
-        super().finish()
 
 
 def percentile(samples: list[float], share: float) -> float:
