@@ -2,6 +2,7 @@
 run on one embedded PostgreSQL: ``toolkit ingest`` (the library function the CLI calls) into a fresh version, a
 bare binary COPY of the same rows into an identical fresh table (made by ``create_version``, so the same DDL:
 primary key, (tenant, doc_id) index, generated tsvector with its GIN index, the backfill queue's partial index),
+the same ingest as a login role in toolkit_writer (row-level security applies: a temporary table and INSERT … SELECT),
 and langchain-postgres ``PGVectorStore.add_embeddings`` with the same texts and vectors. Then real models
 (all-MiniLM-L6-v2, multilingual-e5-small) through ``ingest()`` on a small corpus, next to the same embedder's
 bare ``embed_documents`` on the same chunk texts.
