@@ -390,7 +390,12 @@ def backfill(
         # Chunk what is missing, embed what is pending, then finalize; another pass when a concurrent
         # backfill still holds rows of this version (it commits them, and one of us builds the index).
         while True:
-            report.documents_chunked += chunk_pending_documents(conn, target, stop=stop)
+            chunked = chunk_pending_documents(conn, target, stop=stop)
+            report.documents_chunked += chunked
+            if chunked:
+                # Statistics for the work-queue query: without them it sorts every pending row per batch.
+                with conn.transaction():
+                    conn.execute(sql.SQL("ANALYZE {}").format(target.table))
             with conn.transaction():
                 progress.total = report.rows_embedded + versions.version_pending_rows(conn, version)
             outcome = _embed_all(
