@@ -202,7 +202,8 @@ def embed_pending_rows(
     Returns why it stopped early ("max-cost", "interrupted") or None when the queue is empty."""
     claim = sql.SQL(
         "SELECT tenant, chunk_id, heading_path, context, text FROM {}"
-        " WHERE embedding IS NULL AND NOT is_parent ORDER BY tenant, chunk_id LIMIT %s FOR UPDATE SKIP LOCKED"
+        " WHERE embedding IS NULL AND NOT is_parent ORDER BY token_count, tenant, chunk_id LIMIT %s"
+        " FOR UPDATE SKIP LOCKED"
     ).format(target.table)
     with conn.transaction():
         schema = sql.Identifier(vector_schema(conn))

@@ -186,9 +186,10 @@ BEGIN
     END IF;
     EXECUTE format('CREATE INDEX %I ON toolkit.%I (tenant, doc_id)', tbl || '_doc_idx', tbl);
     EXECUTE format('CREATE INDEX %I ON toolkit.%I USING gin (fts)', tbl || '_fts_idx', tbl);
-    -- The backfill work queue: rows still waiting for an embedding.
+    -- The backfill work queue: rows still waiting for an embedding, claimed shortest first, so a batch holds
+    -- texts of similar length (a transformer pads every text of a batch to its longest).
     EXECUTE format(
-        'CREATE INDEX %I ON toolkit.%I (tenant, chunk_id) WHERE embedding IS NULL AND NOT is_parent',
+        'CREATE INDEX %I ON toolkit.%I (token_count, tenant, chunk_id) WHERE embedding IS NULL AND NOT is_parent',
         tbl || '_pending_idx', tbl);
     EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', tbl,
         format('Chunks of version %s: model %s, chunker %s, %s(%s).',
