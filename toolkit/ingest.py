@@ -452,27 +452,20 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
         if lock_live_version_ids(conn) != [t.version for t in targets]:
             raise _VersionsChanged
         _lock_documents(conn, tenant, changed_ids)
-        for root, doc, digest in work:
-            conn.execute(
-                "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
-                " access_labels, metadata)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
-                " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
-                " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
-                " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
-                " updated_at = now()",
-                (
-                    tenant,
-                    doc.doc_id,
-                    str(doc.source),
-                    doc.title or "",
-                    doc.format,
-                    doc.text,
-                    digest,
-                    labels,
-                    root,
-                ),
-            )
+        # One statement for the batch (psycopg pipelines executemany): no round trip per document.
+        conn.cursor().executemany(
+            "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
+            " access_labels, metadata)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
+            " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
+            " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
+            " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
+            " updated_at = now()",
+            [
+                (tenant, doc.doc_id, str(doc.source), doc.title or "", doc.format, doc.text, digest, labels, root)
+                for root, doc, digest in work
+            ],
+        )
         for target in targets:
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table),
