@@ -22,7 +22,7 @@ from toolkit.database import DATABASE_NAME, connect, start_embedded
 from toolkit.ingest import ingest
 from toolkit.models import embedder_for_model, get_model, register_model
 from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES, load_queries
-from toolkit.verify import search_spans, verify
+from toolkit.verify import score_version, tenant_documents, verify
 
 DEMO_DATABASE = "toolkit_demo"
 CHUNKER = "markdown:200:20"
@@ -180,18 +180,11 @@ def _extra_document(conn) -> list[int]:
 
 
 def _mixed_recall(conn, version: int, query_alias: str, queries_path: Path) -> float:
-    from toolkit.metrics import aggregate, score_query
-
-    with conn.transaction():
-        documents = dict(conn.execute("SELECT doc_id, raw_text FROM toolkit.documents WHERE tenant = %s", (TENANT,)))
+    documents = tenant_documents(conn, TENANT)
     queries = load_queries(queries_path, documents)
     embedder = embedder_for_model(get_model(conn, query_alias))
     table = sql.Identifier("toolkit", f"chunks_v{version}")
-    scores = []
-    for q in queries:
-        spans = search_spans(conn, table, embedder.embed_query(q.query), TENANT, 5, as_reader=True)
-        scores.append(score_query(spans, q.answers, 5))
-    return aggregate(scores, 5).recall
+    return score_version(conn, version, table, queries, TENANT, 5, True, query_embedder=embedder).metrics.recall
 
 
 def _app_search(conn, question: str):

@@ -393,7 +393,7 @@ def evaluate_version(
 
     from toolkit.embedding_cache import EmbeddingCache
     from toolkit.models import embedder_for_model, get_model
-    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
+    from toolkit.verify import can_be_reader, pick_tenant, search_rows, tenant_documents, version_info
 
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 250:
         raise InputError(f"k (chunks retrieved per query) must be a whole number from 1 to 250, not {k!r}.")
@@ -427,17 +427,10 @@ def evaluate_version(
     vectors = cache.embed_queries(embedder, [q.query for q in labelled])
     depth = k * HITS_PER_CONTEXT if parents else k
     as_reader = can_be_reader(conn)
-    search = sql.SQL(
-        "SELECT chunk_id FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding <=> %s LIMIT %s"
-    ).format(table)
+    distance = get_model(conn, alias).distance
     hits = []
     for vector in vectors:
-        with conn.transaction():
-            if as_reader:
-                conn.execute("SET LOCAL ROLE toolkit_reader")
-            conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-            found = conn.execute(search, (tenant, vector, depth), prepare=False).fetchall()
+        found = search_rows(conn, table, sql.SQL("chunk_id"), vector, tenant, depth, as_reader, distance)
         hits.append([by_id[row[0]] for row in found])
     result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
     mark_pareto([result])

@@ -274,7 +274,8 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
                 copy.write_row((*row[:-1], HalfVector(vector) if vector is not None and half else vector))
         return
     staging = sql.Identifier("pg_temp", "toolkit_chunk_rows")
-    vector_type = sql.SQL("{}.vector").format(sql.Identifier(vector_schema(conn)))
+    schema = sql.Identifier(vector_schema(conn))
+    vector_type = sql.SQL("{}.vector").format(schema)
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE IF NOT EXISTS toolkit_chunk_rows (tenant text, chunk_id text, doc_id text,"
@@ -289,7 +290,7 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
             copy.write_row(row)
     selected = sql.SQL(", ").join(
         [sql.Identifier(c) for c in CHUNK_COLUMNS[:-1]]
-        + [sql.SQL("embedding::{}.{}").format(sql.Identifier(vector_schema(conn)), sql.SQL(target.storage))]
+        + [sql.SQL("embedding::{}.{}").format(schema, sql.SQL(target.storage))]
     )
     conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target.table, columns, selected, staging))
     conn.execute(sql.SQL("DELETE FROM {}").format(staging))

@@ -70,14 +70,15 @@ def insert_model(conn: psycopg.Connection, model: Model, *, replace: bool = Fals
         )
 
 
+_MODEL_COLUMNS = (
+    "alias, provider, model_name, dimensions, max_input_tokens, revision, distance, query_prefix,"
+    " document_prefix, supports_shortening, price_per_million_tokens::float8, base_url, options"
+)
+
+
 def get_model(conn: psycopg.Connection, alias: str) -> Model:
     with conn.transaction():
-        row = conn.execute(
-            "SELECT alias, provider, model_name, dimensions, max_input_tokens, revision, distance, query_prefix,"
-            " document_prefix, supports_shortening, price_per_million_tokens::float8, base_url, options"
-            " FROM toolkit.models WHERE alias = %s",
-            (alias,),
-        ).fetchone()
+        row = conn.execute(f"SELECT {_MODEL_COLUMNS} FROM toolkit.models WHERE alias = %s", (alias,)).fetchone()
     if row is None:
         raise InputError(f"No model is registered as {alias!r}. List them with toolkit model list.")
     return Model(*row)
@@ -85,8 +86,8 @@ def get_model(conn: psycopg.Connection, alias: str) -> Model:
 
 def list_models(conn: psycopg.Connection) -> list[Model]:
     with conn.transaction():
-        aliases = [r[0] for r in conn.execute("SELECT alias FROM toolkit.models ORDER BY created_at, alias")]
-    return [get_model(conn, alias) for alias in aliases]
+        rows = conn.execute(f"SELECT {_MODEL_COLUMNS} FROM toolkit.models ORDER BY created_at, alias").fetchall()
+    return [Model(*row) for row in rows]
 
 
 def parse_options(pairs) -> dict:

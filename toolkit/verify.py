@@ -110,15 +110,22 @@ def can_be_reader(conn: psycopg.Connection) -> bool:
 DISTANCE_OPERATORS = {"cosine": "<=>", "l2": "<->", "inner_product": "<#>"}
 
 
-def search_spans(
-    conn, relation: sql.Composable, vector, tenant: str, k: int, as_reader: bool, distance: str = "cosine"
+def search_rows(
+    conn,
+    relation: sql.Composable,
+    columns: sql.Composable,
+    vector,
+    tenant: str,
+    k: int,
+    as_reader: bool,
+    distance: str = "cosine",
 ) -> list[tuple]:
-    """Top-k (doc_id, start, end) for one query vector, as an application would run it (the version's own
-    distance operator, so its HNSW index serves the query)."""
-    query = sql.SQL(
-        "SELECT doc_id, start_offset, end_offset FROM {} WHERE tenant = %s AND NOT is_parent"
-        " ORDER BY embedding {} %s LIMIT %s"
-    ).format(relation, sql.SQL(DISTANCE_OPERATORS[distance]))
+    """Top-k rows (``columns``) for one query vector, as an application would run it: as the reader when the
+    connection may be, the tenant set, iterative scans on, and the version's own distance operator so its HNSW
+    index serves the query. No prepared statement: a cached plan would hide a change of plan."""
+    query = sql.SQL("SELECT {} FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding {} %s LIMIT %s").format(
+        columns, relation, sql.SQL(DISTANCE_OPERATORS[distance])
+    )
     with conn.transaction():
         if as_reader:
             conn.execute("SET LOCAL ROLE toolkit_reader")
@@ -127,14 +134,29 @@ def search_spans(
         return conn.execute(query, (tenant, vector, k), prepare=False).fetchall()
 
 
-def _run(conn, version: int, relation, queries: list[LabelledQuery], tenant: str, k: int, as_reader: bool) -> Side:
+SPAN_COLUMNS = sql.SQL("doc_id, start_offset, end_offset")
+
+
+def score_version(
+    conn,
+    version: int,
+    relation,
+    queries: list[LabelledQuery],
+    tenant: str,
+    k: int,
+    as_reader: bool,
+    query_embedder=None,
+) -> Side:
+    """Scores one version on the labelled queries; questions are embedded with the version's own model unless
+    ``query_embedder`` is given (the demo uses that to show what another model's vectors do)."""
     alias, chunker_version, _, dims = version_info(conn, version)
     model = get_model(conn, alias)
-    embedder = embedder_for_model(model, dims)
-    vectors = [embedder.embed_query(q.query) for q in queries]
+    embedder = query_embedder or embedder_for_model(model, dims)
     scores, hits = [], []
-    for q, vector in zip(queries, vectors, strict=True):
-        retrieved = search_spans(conn, relation, vector, tenant, k, as_reader, model.distance)
+    for q in queries:
+        retrieved = search_rows(
+            conn, relation, SPAN_COLUMNS, embedder.embed_query(q.query), tenant, k, as_reader, model.distance
+        )
         s = score_query(retrieved, q.answers, k)
         scores.append(s)
         hits.append(s.recall > 0)
@@ -172,12 +194,12 @@ def verify(
     as_reader = can_be_reader(conn)
     changed_at = _content_changed_at(conn, candidate)
     table = sql.Identifier("toolkit", f"chunks_v{int(candidate)}")
-    cand = _run(conn, candidate, table, queries, tenant, k, as_reader)
+    cand = score_version(conn, candidate, table, queries, tenant, k, as_reader)
     with conn.transaction():
         active = conn.execute("SELECT toolkit.active_version()").fetchone()[0]
     base = None
     if active is not None and active != candidate:
-        base = _run(conn, active, sql.Identifier("toolkit", "active_chunks"), queries, tenant, k, as_reader)
+        base = score_version(conn, active, sql.Identifier("toolkit", "active_chunks"), queries, tenant, k, as_reader)
 
     reasons = []
     if min_recall is not None and cand.metrics.recall < min_recall:
