@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SECTION = "## Chunking"
+# Prose under the figures (edit here, not in docs/benchmarks.md: --write replaces the section).
+NOTES: list[str] = []
 SIZE = 400
 MIN_BYTES = 1_500_000
 
@@ -95,6 +97,25 @@ def exact_offsets(text: str, pieces: list[tuple[int | None, str]]) -> str:
     return "by search" if not missing else f"no ({missing / max(1, len(pieces)):.0%} not in the text)"
 
 
+class _EngineAsTiktoken:
+    """bpe-openai's compiled encoder behind the three tiktoken methods chonkie's adapter calls."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def encode(self, text, **_):
+        return self.engine.encode(text)
+
+    def decode(self, tokens):
+        return self.engine.decode(list(tokens))
+
+    def encode_batch(self, texts, **_):
+        return [self.engine.encode(text) for text in texts]
+
+    def decode_batch(self, batch):
+        return [self.engine.decode(list(tokens)) for tokens in batch]
+
+
 def peers(encoding):
     """name → (chunk function returning [(start or None, text)], description)."""
     runners = {}
@@ -146,6 +167,35 @@ def peers(encoding):
             )
     except ImportError as error:
         print(f"chonkie missing: {error}", file=sys.stderr)
+
+    # The toolkit counts with bpe-openai (the same ids as tiktoken, faster). The peers above get tiktoken, as
+    # the issue's "same tokenizer" asks; these rows give the two fastest peers that engine too, so the
+    # share of the lead that is the engine's and the share that is the chunker's can both be read off.
+    from toolkit.tokens import fast_engine
+
+    engine = fast_engine()
+    if engine is not None:
+        try:
+            from chonkie import RecursiveChunker
+            from chonkie.tokenizer import TiktokenAutoTokenizer
+
+            fast = RecursiveChunker(tokenizer=TiktokenAutoTokenizer(_EngineAsTiktoken(engine)), chunk_size=SIZE)
+            runners["chonkie RecursiveChunker, bpe-openai engine"] = (
+                lambda t, c=fast: [(x.start_index, x.text) for x in c.chunk(t)],
+                "start/end indexes, token counts",
+            )
+        except ImportError:
+            pass
+        try:
+            import semchunk
+
+            fast_semchunk = semchunk.chunkerify(engine.count, SIZE)
+            runners["semchunk, bpe-openai engine"] = (
+                lambda t, c=fast_semchunk: [(None, x) for x in c(t)],
+                "strings (offsets=True adds offsets)",
+            )
+        except ImportError:
+            pass
 
     try:
         import semchunk
@@ -228,12 +278,15 @@ def run(repeats: int) -> tuple[list[dict], dict]:
         )
         print(f"{name:32} {rows[-1]['mbps']:7.2f} MB/s  {rows[-1]['chunks']:6d} chunks", file=sys.stderr)
     from toolkit.chunking.markdown import _parser
+    from toolkit.tokens import fast_engine
 
     floors = {}
-    for label, work in (
-        ("tiktoken `encode_ordinary` of each document, nothing else", encoding.encode_ordinary),
-        ("markdown-it block parse with the `markdown` strategy's rules, nothing else", _parser().parse),
-    ):
+    works = [("tiktoken `encode_ordinary` of each document, nothing else", encoding.encode_ordinary)]
+    if fast_engine() is not None:
+        works.append(("bpe-openai `encode` of each document, nothing else", fast_engine().encode))
+        works.append(("bpe-openai `count` of each document, nothing else", fast_engine().count))
+    works.append(("markdown-it block parse with the `markdown` strategy's rules, nothing else", _parser().parse))
+    for label, work in works:
         spent = []
         for _ in range(repeats):
             started = time.process_time()
@@ -330,20 +383,18 @@ def render(rows: list[dict], machine: dict) -> str:
         f"- toolkit `markdown` / semchunk: {ratio('toolkit markdown', 'semchunk', 1)}; "
         f"against semchunk with offsets: {ratio('toolkit markdown', 'semchunk (offsets=True)')}",
         "",
+        "The same ratios against the peers given the toolkit's engine (bpe-openai) instead of tiktoken:",
+        "",
+        "- toolkit `recursive` / chonkie RecursiveChunker, bpe-openai engine: "
+        f"{ratio('toolkit recursive', 'chonkie RecursiveChunker, bpe-openai engine')}",
+        "- toolkit `markdown` / semchunk, bpe-openai engine: "
+        f"{ratio('toolkit markdown', 'semchunk, bpe-openai engine')}",
+        "",
         "Floors, measured in the same run on the same corpus (MB per CPU-second):",
         "",
         *(f"- {label}: {value:.2f}" for label, value in machine["floors"].items()),
         "",
-        "Every toolkit strategy encodes each document once with tiktoken and keeps the offset of every token, "
-        "which is what makes the token count of any span exact without re-encoding it; so no toolkit strategy can "
-        "run faster than the first floor, and `markdown` also pays the second. chonkie's RecursiveChunker makes the "
-        "same single tiktoken pass (its merging is in Rust), so a 2× lead over it would need a tokenizer faster "
-        "than tiktoken's own Rust core.",
-        "",
-        "Over four runs on 2026-11-29 (three under a load average of 5–9, the last on a quiet machine at 0.6) "
-        "`markdown` against semchunk measured 0.94×–1.16× cold and 0.68×–1.16× warm, and `recursive` against "
-        "chonkie 0.8×–1.0×: read the first as parity at best, not a win, and the `markdown` target as not reliably "
-        "met. The warm `markdown` figure of the quiet run (slower than its cold one) is unexplained yet.",
+        *NOTES,
         "",
         '"exact source offsets": *given* means the chunker returns offsets and `text[start:start+len(chunk)]` equals '
         "the chunk for every chunk; *by search* means it returns strings only, each found verbatim in order; *no* "

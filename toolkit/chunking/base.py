@@ -106,6 +106,18 @@ class Document:
             )
         return n
 
+    def sure_fit_ends(self, parts, budget: int, heading_path=(), context: str = ""):
+        """For packing ``parts`` (consecutive (start, end) pairs): a sorted key per part end and a function of a
+        start position, such that every part end whose key is below ``threshold(start)`` gives a span that
+        ``fits`` without counting. None when the span counter has no cheap estimate."""
+        if self.unit == "chars":
+            return [end for _, end in parts], lambda start: start + budget + 1
+        index = getattr(self.counter, "token_index", None)
+        if index is None:
+            return None
+        limit = budget - 16 - self.prefix_tokens(heading_path, context)
+        return [index(end) for _, end in parts], lambda start: index(start) + limit
+
     def fits(self, start: int, end: int, budget: int, heading_path=(), context: str = "") -> bool:
         """Exactly whether the span is within ``budget``; the exact count is skipped when the estimate
         is far from the budget either way."""

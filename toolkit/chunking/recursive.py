@@ -7,7 +7,7 @@ it never cuts inside a protected range (a code fence or a table) unless told to.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import pairwise
 
 from toolkit.chunking.base import Chunker, Document, Span
@@ -113,9 +113,17 @@ class _Splitter:
         n = len(parts)
         i = 0
         fits = self.fits
+        # Where the planning estimate alone says "fits" (see Document.fits), the greedy extension below
+        # would say so too: jump there by bisection instead of asking part by part.
+        sure = self.document.sure_fit_ends(parts, self.budget, self.heading_path, self.context)
+        if self.in_tokens and self.document.unit == "chars":
+            sure = None
         while i < n:
             start = parts[i][0]
             j = i
+            if sure is not None:
+                ends, threshold = sure
+                j = max(i, bisect_left(ends, threshold(start), i) - 1)
             while j + 1 < n and fits(start, parts[j + 1][1]):
                 j += 1
             end = parts[j][1]
