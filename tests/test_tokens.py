@@ -155,3 +155,15 @@ def test_the_engine_can_be_forced_to_tiktoken(monkeypatch):
             tokens.fast_engine()
     finally:
         tokens.fast_engine.cache_clear()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=list("ab. \t\n\r\u00a0\u2028"), max_size=30), st.data())
+def test_resync_search_with_find_matches_the_regex_definition(text, data):
+    start = data.draw(st.integers(0, len(text)))
+    end = data.draw(st.integers(start, len(text)))
+    first = tokens._RESYNC.search(text, start, end)
+    assert tokens._first_resync(text, start, end) == (first.start() if first else None)
+    begin = max(start, 1)
+    matches = [m.start() for m in tokens._RESYNC.finditer(text, begin, end)] if begin <= end else []
+    assert tokens._last_resync_between(text, begin, end) == (matches[-1] if matches else None)

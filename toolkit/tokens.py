@@ -217,10 +217,10 @@ class SpanCounter:
         # Trailing whitespace is one piece at the end of a text ("\s++$"), so such a span is counted whole.
         if text[end - 1].isspace():
             return count(text[start:end])
-        first = _RESYNC.search(text, start, end)
-        if first is None:
+        head = _first_resync(text, start, end)
+        if head is None:
             return count(text[start:end])
-        head, tail = first.start(), _last_resync(text, first.start(), end)
+        tail = _last_resync(text, head, end)
         if tail is None:
             return count(text[start:end])
         i, j = self._index(head), self._index(tail)
@@ -236,6 +236,33 @@ class SpanCounter:
     def token_index(self, position: int) -> int:
         """How many document tokens start before ``position`` (``estimate`` is a difference of two)."""
         return bisect_left(self._offsets, position)
+
+
+def _first_resync(text: str, start: int, end: int) -> int | None:
+    """The first resynchronisation point p with start <= p < end (judged with the character before start),
+    found with ``str.find``: the same answer as ``_RESYNC.search(text, start, end)``."""
+    found = None
+    low = start
+    while low < end:  # (1) a space or tab right after a non-whitespace character
+        space, tab = text.find(" ", low, end), text.find("\t", low, end)
+        p = tab if space < 0 else space if tab < 0 else min(space, tab)
+        if p < 0:
+            break
+        if p > 0 and not text[p - 1].isspace():
+            found = p
+            break
+        low = p + 1
+    high = end if found is None else found
+    low = max(start - 1, 0)
+    while low < high - 1:  # (2) a non-whitespace character right after a line break
+        newline, ret = text.find("\n", low, high - 1), text.find("\r", low, high - 1)
+        q = ret if newline < 0 else newline if ret < 0 else min(newline, ret)
+        if q < 0:
+            break
+        if not text[q + 1].isspace():
+            return q + 1
+        low = q + 1
+    return found
 
 
 def _last_resync(text: str, low: int, end: int) -> int | None:
