@@ -38,7 +38,8 @@ def test_db_start_url_status_stop(data_dir):
             True,
         )
     status = runner.invoke(main, ["--data-dir", str(data_dir), "db", "status", "--format", "json"])
-    assert '"running": true' in status.output and '"schema_revision": "0001"' in status.output
+    assert '"running": true' in status.output
+    assert '"schema_revision": "0002"' in status.output
     stopped = runner.invoke(main, ["--data-dir", str(data_dir), "db", "stop"])
     assert stopped.exit_code == 0 and "Stopped" in stopped.output
     status = runner.invoke(main, ["--data-dir", str(data_dir), "db", "status", "--format", "json"])
