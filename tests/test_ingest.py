@@ -169,6 +169,35 @@ def test_ingest_while_a_version_is_building_lands_in_both(conn, corpus, make_mod
     )
 
 
+def test_a_version_created_between_batches_gets_every_later_batch(conn, database_url, corpus, make_model):
+    # Batches are prepared one ahead of the write: the batch already chunked and embedded for the old set of
+    # versions must be planned again for the new set, and its counts must not be taken twice.
+    from toolkit.database import connect
+    from toolkit.progress import Progress
+
+    make_model("h1", 16)
+    make_model("h2", 16)
+    live = versions.create_version(conn, "h1", "markdown:60:0", "markdown:60:0@1")
+    created = []
+
+    class CreateAfterFirstBatch(Progress):
+        def advance(self, count=1, **extra):
+            super().advance(count, **extra)
+            if not created:
+                with connect(database_url, autocommit=True) as other:
+                    created.append(versions.create_version(other, "h2", "markdown:60:0", "markdown:60:0@1"))
+
+    report = ingest(conn, [corpus], "acme", batch_documents=1, progress=CreateAfterFirstBatch("t", quiet=True))
+    assert report.versions == [live, created[0]]
+    assert (report.new, report.changed, report.unchanged) == (3, 0, 0)
+    later = [r[0] for r in conn.execute(f"SELECT DISTINCT doc_id FROM toolkit.chunks_v{created[0]}")]
+    assert len(later) == 2  # the first batch was committed before the version existed: backfill's job
+    for doc_id in SECTIONS:
+        assert chunk_count(conn, live, doc_id) > 0
+    assert report.chunks_written[live] == sum(chunk_count(conn, live, d) for d in SECTIONS)
+    assert report.chunks_written[created[0]] == sum(chunk_count(conn, created[0], d) for d in later)
+
+
 @pytest.mark.parametrize("tenant", ["", "   ", "bad\nname", "x" * 300])
 def test_unusable_tenants_are_refused_before_anything_is_written(conn, corpus, tenant):
     with pytest.raises(InputError, match="tenant"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -341,6 +342,7 @@ def ingest(
     prune: bool = False,
     batch_documents: int = 32,
     progress: Progress | None = None,
+    overlap: bool = True,
 ) -> IngestReport:
     """Ingests files and directories for a tenant into every live version; see the module docstring."""
     from toolkit.sources import SourceError, read_documents
@@ -381,22 +383,7 @@ def ingest(
     progress = progress or Progress("ingest", unit="documents", quiet=True)
     progress.total = len(documents)
 
-    counters = ("new", "changed", "unchanged", "embedded", "reused")
-    for start in range(0, len(documents), batch_documents):
-        batch = documents[start : start + batch_documents]
-        while True:
-            saved = [getattr(report, name) for name in counters]
-            try:
-                _ingest_batch(conn, targets, tenant, labels, batch, report)
-                break
-            except _VersionsChanged:
-                # A backfill created (or retire dropped) a version meanwhile: write to the new set.
-                for name, value in zip(counters, saved, strict=True):
-                    setattr(report, name, value)
-                known = {t.version: t for t in targets}
-                targets = [known.get(t.version, t) for t in live_versions(conn)]
-                report.versions = [t.version for t in targets]
-        progress.advance(len(batch), chunks=sum(report.chunks_written.values()))
+    _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap)
 
     if prune:
         with translate_errors(), conn.transaction():
@@ -412,7 +399,72 @@ def ingest(
     return report
 
 
-def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) -> None:
+_COUNTERS = ("new", "changed", "unchanged", "embedded", "reused")
+
+
+@dataclass
+class _Batch:
+    """One batch in flight: planned (documents to write, known vectors), then prepared in the worker thread."""
+
+    documents: list
+    targets: list[LiveVersion]
+    saved: list[int]
+    work: list = field(default_factory=list)
+    known: dict[int, dict] = field(default_factory=dict)  # version → stored vectors by content hash
+    prepared: Future | None = None
+
+
+def _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap) -> None:
+    """Plan, prepare and write the batches, preparing the next batch while the current one is written.
+
+    Chunking and embedding (the prepare stage) run in one worker thread; everything that touches the
+    connection stays in this thread. While the server is busy with one batch's COPY, the worker chunks and
+    embeds the next, so the two stages overlap instead of adding up. A batch is written only after its own
+    prepare succeeded; if that fails, the error is raised and the batch before it is already committed,
+    as without the overlap (the next batch's prepare, already started, is waited for and dropped).
+    ``overlap=False`` prepares each batch only when it is to be written (the stages' times then add up, which
+    is how ``bench/ingest.py`` times the write stage alone).
+    """
+    batches = [documents[i : i + batch_documents] for i in range(0, len(documents), batch_documents)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-ingest-prepare") as worker:
+        pending: _Batch | None = None
+        index = 0
+        while index < len(batches) or pending is not None:
+            planned = None
+            if index < len(batches):
+                planned = _plan_batch(conn, targets, tenant, labels, batches[index], report)
+                if planned.work:
+                    planned.prepared = worker.submit(
+                        _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known, report
+                    )
+                    if not overlap:
+                        wait([planned.prepared])
+                index += 1
+            if pending is not None:
+                try:
+                    if pending.work:
+                        rows_by_version = pending.prepared.result()
+                        _write_batch(conn, pending.targets, tenant, labels, pending.work, rows_by_version, report)
+                except _VersionsChanged:
+                    # A backfill created (or retire dropped) a version meanwhile: undo the counts of this
+                    # batch and the next, then plan both again for the new set of versions.
+                    if planned is not None and planned.prepared is not None:
+                        wait([planned.prepared])
+                    for name, value in zip(_COUNTERS, pending.saved, strict=True):
+                        setattr(report, name, value)
+                    known = {t.version: t for t in targets}
+                    targets = [known.get(t.version, t) for t in live_versions(conn)]
+                    report.versions = [t.version for t in targets]
+                    index -= 2 if planned is not None else 1
+                    pending = None
+                    continue
+                progress.advance(len(pending.documents), chunks=sum(report.chunks_written.values()))
+            pending = planned
+
+
+def _plan_batch(conn, targets, tenant, labels, batch, report: IngestReport) -> _Batch:
+    """Which documents of the batch changed, and the stored vectors each version can reuse for them."""
+    planned = _Batch(batch, list(targets), [getattr(report, name) for name in _COUNTERS])
     doc_ids = [doc.doc_id for _, doc in batch]
     with conn.transaction():
         stored = {
@@ -423,7 +475,6 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
                 (tenant, doc_ids),
             )
         }
-    work = []
     for root, doc in batch:
         digest = document_hash(doc.text)
         if doc.doc_id in stored and stored[doc.doc_id] == (digest, labels, root):
@@ -433,23 +484,30 @@ def _ingest_batch(conn, targets, tenant, labels, batch, report: IngestReport) ->
             report.changed += 1
         else:
             report.new += 1
-        work.append((root, doc, digest))
-    if not work:
-        return
-    changed_ids = [doc.doc_id for _, doc, _ in work]
+        planned.work.append((root, doc, digest))
+    if planned.work:
+        changed_ids = [doc.doc_id for _, doc, _ in planned.work]
+        with conn.transaction():
+            planned.known = {t.version: known_embeddings(conn, t, tenant, changed_ids) for t in planned.targets}
+    return planned
 
-    # Chunk and embed before the write transaction: model calls can be slow and must not hold locks.
+
+def _prepare_batch(targets, tenant, labels, work, known_by_version, report: IngestReport) -> dict[int, list]:
+    """Chunk and embed (no database access: this runs in the worker thread)."""
     began = time.perf_counter()
     rows_by_version = {}
     for target in targets:
-        with conn.transaction():
-            known = known_embeddings(conn, target, tenant, changed_ids)
+        known = known_by_version[target.version]
         rows = []
         for _, doc, _ in work:
             rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, report)
         rows_by_version[target.version] = rows
-
     report.seconds["prepare"] += time.perf_counter() - began
+    return rows_by_version
+
+
+def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:
+    changed_ids = [doc.doc_id for _, doc, _ in work]
     began = time.perf_counter()
     with translate_errors(), conn.transaction():
         if lock_live_version_ids(conn) != [t.version for t in targets]:
