@@ -187,7 +187,9 @@ def peers(encoding):
         try:
             import semchunk
 
-            fast_semchunk = semchunk.chunkerify(engine.count, SIZE)
+            # A fresh function each time: semchunk memoizes counts per counter function in a module-level
+            # dict, so passing the same bound method in every round would carry its cache across rounds.
+            fast_semchunk = semchunk.chunkerify(lambda text: engine.count(text), SIZE)
             runners["semchunk, bpe-openai engine"] = (
                 lambda t, c=fast_semchunk: [(None, x) for x in c(t)],
                 "strings (offsets=True adds offsets)",
