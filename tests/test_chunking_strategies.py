@@ -308,3 +308,21 @@ def test_python_that_does_not_parse_still_splits_before_definitions():
     source = "".join(f"def f{i}(a):\n    return a + {i}\n\n" for i in range(12)) + "def broken(:\n"
     chunks = get_chunker("code:25:0").chunk(source, "broken.py")
     assert all(c.text.startswith("def f") or c.text.startswith("def broken") for c in chunks)
+
+
+def test_the_model_count_is_skipped_only_where_a_byte_bound_proves_the_limit():
+    from toolkit.chunking.base import _ModelCount
+
+    calls = []
+
+    def count(text):
+        calls.append(text)
+        return len(text.split()) + 2
+
+    limited = _ModelCount(count, "passage: ", 100)
+    short = "a few words"
+    assert count(short) <= limited(short) <= 100 and calls == [short]  # only the test's own call
+    long = "word " * 40  # 200 bytes: the bound is over the limit, so the model counts
+    assert limited(long) == count(long) == 42 and len(calls) == 3
+    accented = "é" * 30  # 60 bytes + 9 of prefix + 16 ≤ 100 once encoded, though 4 bytes a character is not
+    assert limited(accented) <= 100 and len(calls) == 3

@@ -167,6 +167,9 @@ class Chunker:
         self.on_overflow = spec.options.get("on_overflow", "split")
         # The model's own count (prefix and special tokens included) decides whether it accepts a chunk.
         self.limit_counter = getattr(embedder, "count_tokens", None)
+        if self.limit_counter is not None and self.max_tokens:
+            prefix = getattr(embedder, "document_prefix", "")
+            self.limit_counter = _ModelCount(self.limit_counter, prefix, self.max_tokens)
 
     @property
     def version(self) -> str:
@@ -218,6 +221,30 @@ def trim(text: str, span: Span) -> Span | None:
     if start == span.start and end == span.end:
         return span
     return Span(start, end, span.heading_path, span.context, span.atomic)
+
+
+# Special tokens a model may add around a text (BERT's [CLS] and [SEP], a BOS/EOS pair, ...), with room to spare.
+_SPECIAL_TOKENS = 16
+
+
+class _ModelCount:
+    """The embedding model's token count of a text, or an upper bound of it where that bound is already within
+    the limit, so short chunks are not tokenized twice. The bound is the text's UTF-8 bytes (with the document
+    prefix) plus ``_SPECIAL_TOKENS``: byte-level BPE, SentencePiece with byte fallback, WordPiece and character
+    tokenizers all give at most one token per byte. A tokenizer that gave more would still never see an input
+    over its limit: ``embed_documents`` counts every input exactly and refuses one that is over."""
+
+    def __init__(self, count, prefix: str | None, limit: int):
+        self.count = count
+        self.limit = limit
+        self.overhead = len((prefix or "").encode()) + _SPECIAL_TOKENS
+
+    def __call__(self, text: str) -> int:
+        bound = len(text) * 4 + self.overhead  # a character is at most 4 bytes: skips even the encode
+        if bound <= self.limit:
+            return bound
+        bound = len(text.encode()) + self.overhead
+        return bound if bound <= self.limit else self.count(text)
 
 
 def _limit_count(document: Document, span: Span, tokens: int, limit_counter) -> int:
