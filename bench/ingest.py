@@ -23,7 +23,6 @@ import argparse
 import email.parser
 import itertools
 import json
-import math
 import os
 import re
 import shutil
@@ -80,21 +79,22 @@ def markdown_document(rng: np.random.Generator, vocab: list[str], number: int, p
 
 
 def write_corpus(directory: Path, chunks: int, *, paragraphs: int = 100, seed: int = 0, spec: str = CHUNKER) -> dict:
-    """Writes enough Markdown files for about ``chunks`` chunks (estimated by chunking the first file)."""
+    """Writes Markdown files until they make at least ``chunks`` chunks with ``spec`` (each file is chunked as
+    it is written, outside any timing)."""
     from toolkit.chunking import get_chunker
 
     directory.mkdir(parents=True, exist_ok=True)
     vocab = vocabulary()
     rng = np.random.default_rng(seed)
-    first = markdown_document(rng, vocab, 0, paragraphs)
-    per_file = len(get_chunker(spec).chunk(first, doc_id="probe"))
-    files = max(1, math.ceil(chunks / per_file))
-    size = 0
-    for number in range(files):
-        text = first if number == 0 else markdown_document(rng, vocab, number, paragraphs)
-        (directory / f"doc{number:05d}.md").write_text(text, encoding="utf-8")
+    chunker = get_chunker(spec)
+    files = size = total = 0
+    while total < chunks:
+        text = markdown_document(rng, vocab, files, paragraphs)
+        (directory / f"doc{files:05d}.md").write_text(text, encoding="utf-8")
+        total += len(chunker.chunk(text, doc_id=f"doc{files:05d}.md"))
         size += len(text.encode("utf-8"))
-    return {"files": files, "bytes": size, "paragraphs_per_file": paragraphs, "chunks_per_file_estimate": per_file}
+        files += 1
+    return {"files": files, "bytes": size, "paragraphs_per_file": paragraphs, "chunks": total}
 
 
 # -- the server -----------------------------------------------------------------------------------------------
