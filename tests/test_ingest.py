@@ -196,6 +196,23 @@ def test_a_version_created_between_batches_gets_every_later_batch(conn, database
         assert chunk_count(conn, live, doc_id) > 0
     assert report.chunks_written[live] == sum(chunk_count(conn, live, d) for d in SECTIONS)
     assert report.chunks_written[created[0]] == sum(chunk_count(conn, created[0], d) for d in later)
+    # Every chunk written was embedded once or reused once: no batch's counts lost or taken twice by the retry.
+    assert report.embedded + report.reused == report.chunks_written[live] + report.chunks_written[created[0]]
+
+
+def test_a_failed_embedding_keeps_the_batches_before_and_starts_none_after(conn, corpus, remote):
+    # Batches overlap (the next is embedded while one is written), but a batch whose embedding fails is never
+    # written, the ones before it are committed, and no later batch is sent to the model.
+    from toolkit.errors import EmbeddingError
+
+    v = versions.create_version(conn, "remote", "markdown:60:0", "markdown:60:0@1")
+    remote.script({}, {"status": 400})  # the first request is answered, the second refused (not retried)
+    with pytest.raises(EmbeddingError):
+        ingest(conn, [corpus], "acme", batch_documents=1)
+    assert remote.requests == 2, "the third document was never sent"
+    stored = [r[0] for r in conn.execute("SELECT doc_id FROM toolkit.documents ORDER BY doc_id")]
+    assert len(stored) == 1
+    assert {r[0] for r in conn.execute(f"SELECT DISTINCT doc_id FROM toolkit.chunks_v{v}")} == set(stored)
 
 
 @pytest.mark.parametrize("tenant", ["", "   ", "bad\nname", "x" * 300])

@@ -64,3 +64,20 @@ def test_a_block_quote_is_one_block_and_protects_the_code_inside():
     ]
     assert [text[a:b] for a, b in protected] == ["> ```\n> code\n> ```\n"]
     assert (sections, protected) == parse_sections(text, scanner=False)
+
+
+def test_block_quotes_cost_linear_work():
+    # Each quote is parsed by markdown-it on its own lines only; when quotes keep ending long before the lines
+    # that had to be read (lazy lines), the scan gives up for one whole-text parse instead of going quadratic.
+    from toolkit.chunking.markdown import _parser
+
+    lines_parsed = []
+
+    def parse(text):
+        lines_parsed.append(text.count("\n"))
+        return _parser().parse(text)
+
+    blocks = scan("> a\n# h\n" * 2000, parse)
+    assert blocks is not None and len(lines_parsed) == 2000 and sum(lines_parsed) == 2000
+    lines_parsed.clear()
+    assert scan("> ```\nlazy\n" * 2000, parse) is None and sum(lines_parsed) == 0

@@ -167,3 +167,13 @@ def test_resync_search_with_find_matches_the_regex_definition(text, data):
     begin = max(start, 1)
     matches = [m.start() for m in tokens._RESYNC.finditer(text, begin, end)] if begin <= end else []
     assert tokens._last_resync_between(text, begin, end) == (matches[-1] if matches else None)
+
+
+def test_lone_surrogates_count_as_tiktoken_counts_them_and_chunking_refuses_them():
+    from toolkit.chunking import get_chunker
+
+    text = "caf\ud800 au lait"
+    assert count_tokens(text) == len(ENCODING.encode_ordinary(text))
+    assert default_tokenizer().encode(text) == ENCODING.encode_ordinary(text)
+    with pytest.raises(InputError, match="lone surrogate"):
+        get_chunker("recursive:50:0").chunk(text * 20, "notes.md")

@@ -7,6 +7,7 @@ transaction per batch of documents, so a failure leaves the previous state of th
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Iterable, Sequence
@@ -399,72 +400,93 @@ def ingest(
     return report
 
 
-_COUNTERS = ("new", "changed", "unchanged", "embedded", "reused")
+# Counted when a batch is planned (undone if it must be planned again); embedded and reused are counted when a
+# batch is written.
+_COUNTERS = ("new", "changed", "unchanged")
 
 
 @dataclass
 class _Batch:
     """One batch in flight: planned (documents to write, known vectors), then prepared in the worker thread."""
 
+    index: int
     documents: list
     targets: list[LiveVersion]
-    saved: list[int]
+    saved: list[int]  # the report's counters before this batch was planned
     work: list = field(default_factory=list)
     known: dict[int, dict] = field(default_factory=dict)  # version → stored vectors by content hash
     prepared: Future | None = None
 
+    def result(self) -> tuple[dict[int, list], int, int, float]:
+        """(rows by version, embedded, reused, seconds): waits for the worker; raises what its prepare raised."""
+        return self.prepared.result() if self.prepared is not None else ({}, 0, 0, 0.0)
+
 
 def _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap) -> None:
-    """Plan, prepare and write the batches, preparing the next batch while the current one is written.
+    """Plan, prepare and write the batches; with ``overlap``, the next batch is prepared while one is written.
 
     Chunking and embedding (the prepare stage) run in one worker thread; everything that touches the
-    connection stays in this thread. While the server is busy with one batch's COPY, the worker chunks and
-    embeds the next, so the two stages overlap instead of adding up. A batch is written only after its own
-    prepare succeeded; if that fails, the error is raised and the batch before it is already committed,
-    as without the overlap (the next batch's prepare, already started, is waited for and dropped).
-    ``overlap=False`` prepares each batch only when it is to be written (the stages' times then add up, which
-    is how ``bench/ingest.py`` times the write stage alone).
+    connection stays in this thread. While the server is busy with one batch's COPY (or a model computes), the
+    worker prepares the next, so the two stages overlap instead of adding up. The next batch's prepare starts
+    only after the current one's has succeeded, and a batch is written only after its own prepare succeeded:
+    when one fails, the batches before it are committed and nothing after it was started, as without the
+    overlap. Counts of embedded and reused chunks are added when their batch is written. ``overlap=False``
+    prepares each batch only after the one before it is written (the stages' times then add up, which is how
+    ``bench/ingest.py`` times the write stage alone).
     """
     batches = [documents[i : i + batch_documents] for i in range(0, len(documents), batch_documents)]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-ingest-prepare") as worker:
-        pending: _Batch | None = None
-        index = 0
-        while index < len(batches) or pending is not None:
-            planned = None
-            if index < len(batches):
-                planned = _plan_batch(conn, targets, tenant, labels, batches[index], report)
-                if planned.work:
-                    planned.prepared = worker.submit(
-                        _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known, report
-                    )
-                    if not overlap:
-                        wait([planned.prepared])
-                index += 1
-            if pending is not None:
+
+        def start(index: int) -> _Batch:
+            planned = _plan_batch(conn, targets, tenant, labels, index, batches[index], report)
+            if planned.work:
+                planned.prepared = worker.submit(
+                    _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known
+                )
+            return planned
+
+        def write(batch: _Batch, prepared) -> None:
+            rows_by_version, embedded, reused, seconds = prepared
+            if batch.work:
+                _write_batch(conn, batch.targets, tenant, labels, batch.work, rows_by_version, report)
+            report.embedded += embedded
+            report.reused += reused
+            report.seconds["prepare"] += seconds
+
+        index, pending = 0, None
+        while pending is not None or index < len(batches):
+            if pending is None:
+                pending, index = start(index), index + 1
+            prepared = pending.result()
+            following = None
+            if overlap and index < len(batches):
                 try:
-                    if pending.work:
-                        rows_by_version = pending.prepared.result()
-                        _write_batch(conn, pending.targets, tenant, labels, pending.work, rows_by_version, report)
-                except _VersionsChanged:
-                    # A backfill created (or retire dropped) a version meanwhile: undo the counts of this
-                    # batch and the next, then plan both again for the new set of versions.
-                    if planned is not None and planned.prepared is not None:
-                        wait([planned.prepared])
-                    for name, value in zip(_COUNTERS, pending.saved, strict=True):
-                        setattr(report, name, value)
-                    known = {t.version: t for t in targets}
-                    targets = [known.get(t.version, t) for t in live_versions(conn)]
-                    report.versions = [t.version for t in targets]
-                    index -= 2 if planned is not None else 1
-                    pending = None
-                    continue
-                progress.advance(len(pending.documents), chunks=sum(report.chunks_written.values()))
-            pending = planned
+                    following, index = start(index), index + 1
+                except Exception:
+                    with contextlib.suppress(_VersionsChanged):
+                        write(pending, prepared)  # commit what is ready, as without the overlap
+                    raise
+            try:
+                write(pending, prepared)
+            except _VersionsChanged:
+                # A backfill created (or retire dropped) a version meanwhile: undo the counts of this batch and
+                # the next, then plan both again for the new set of versions.
+                if following is not None and following.prepared is not None:
+                    wait([following.prepared])
+                for name, value in zip(_COUNTERS, pending.saved, strict=True):
+                    setattr(report, name, value)
+                known = {t.version: t for t in targets}
+                targets = [known.get(t.version, t) for t in live_versions(conn)]
+                report.versions = [t.version for t in targets]
+                index, pending = pending.index, None
+                continue
+            progress.advance(len(pending.documents), chunks=sum(report.chunks_written.values()))
+            pending = following
 
 
-def _plan_batch(conn, targets, tenant, labels, batch, report: IngestReport) -> _Batch:
+def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestReport) -> _Batch:
     """Which documents of the batch changed, and the stored vectors each version can reuse for them."""
-    planned = _Batch(batch, list(targets), [getattr(report, name) for name in _COUNTERS])
+    planned = _Batch(index, batch, list(targets), [getattr(report, name) for name in _COUNTERS])
     doc_ids = [doc.doc_id for _, doc in batch]
     with conn.transaction():
         stored = {
@@ -492,18 +514,21 @@ def _plan_batch(conn, targets, tenant, labels, batch, report: IngestReport) -> _
     return planned
 
 
-def _prepare_batch(targets, tenant, labels, work, known_by_version, report: IngestReport) -> dict[int, list]:
-    """Chunk and embed (no database access: this runs in the worker thread)."""
+def _prepare_batch(targets, tenant, labels, work, known_by_version) -> tuple[dict[int, list], int, int, float]:
+    """Chunk and embed (no database access: this runs in the worker thread). Returns the rows by version, the
+    numbers of chunks embedded and reused, and the seconds it took, which the caller adds to its report once
+    the batch is written."""
     began = time.perf_counter()
+    counts = IngestReport(tenant=tenant)
     rows_by_version = {}
     for target in targets:
         known = known_by_version[target.version]
         rows = []
         for _, doc, _ in work:
-            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, report)
+            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, counts)
         rows_by_version[target.version] = rows
-    report.seconds["prepare"] += time.perf_counter() - began
-    return rows_by_version
+    counts.seconds["prepare"] = time.perf_counter() - began
+    return rows_by_version, counts.embedded, counts.reused, counts.seconds["prepare"]
 
 
 def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:

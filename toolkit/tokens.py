@@ -117,7 +117,9 @@ def fast_engine():
         engine = module.tokenizer_for_encoding("cl100k_base")
         if list(engine.encode(PROBE)) != PROBE_IDS or engine.count(PROBE) != len(PROBE_IDS):
             raise ValueError("its ids differ from tiktoken's on the probe text")
-    except Exception as error:  # any failure means the reference engine, never a wrong count
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # any failure (a Rust panic included) means the reference engine
         if choice == "bpe-openai":
             from toolkit.errors import InputError
 
@@ -163,16 +165,26 @@ class Cl100kTokenizer:
 
     def count(self, text: str) -> int:
         if len(text) > _CACHED_LENGTH:
-            return self._count(text)
+            return self._count_any(text)
         n = self._cache.get(text)
         if n is None:
             if len(self._cache) > _CACHE_LIMIT:
                 self._cache.clear()
-            n = self._cache[text] = self._count(text)
+            n = self._cache[text] = self._count_any(text)
         return n
 
+    def _count_any(self, text: str) -> int:
+        try:
+            return self._count(text)
+        except UnicodeEncodeError:  # a lone surrogate: count as tiktoken does (it replaces them)
+            return len(self._encoding.encode_ordinary(text))
+
     def encode(self, text: str) -> list[int]:
-        return list(self._encode(text))
+        """tiktoken's ``encode_ordinary`` ids (lone surrogates replaced, as tiktoken does)."""
+        try:
+            return list(self._encode(text))
+        except UnicodeEncodeError:
+            return self._encoding.encode_ordinary(text)
 
     def span_counter(self, text: str) -> SpanCounter:
         return SpanCounter(self, text)

@@ -80,7 +80,13 @@ class Document:
     @property
     def counter(self):
         if self._counter is None:
-            self._counter = self._tokenizer.span_counter(self.text)
+            try:
+                self._counter = self._tokenizer.span_counter(self.text)
+            except UnicodeEncodeError as error:
+                raise InputError(
+                    f"{self.doc_id or 'The text'} contains a lone surrogate (character {error.start}), which is not "
+                    "valid Unicode text; decode the source with errors='replace' (or fix it) before chunking."
+                ) from error
         return self._counter
 
     def tokens(self, start: int, end: int) -> int:
@@ -229,22 +235,23 @@ _SPECIAL_TOKENS = 16
 
 class _ModelCount:
     """The embedding model's token count of a text, or an upper bound of it where that bound is already within
-    the limit, so short chunks are not tokenized twice. The bound is the text's UTF-8 bytes (with the document
-    prefix) plus ``_SPECIAL_TOKENS``: byte-level BPE, SentencePiece with byte fallback, WordPiece and character
-    tokenizers all give at most one token per byte. A tokenizer that gave more would still never see an input
-    over its limit: ``embed_documents`` counts every input exactly and refuses one that is over."""
+    the limit, so short chunks are not tokenized twice. The bound applies to ASCII text only: its length (with
+    the document prefix) plus ``_SPECIAL_TOKENS``, since byte-level BPE, SentencePiece, WordPiece and character
+    tokenizers give at most one token per ASCII character (beyond ASCII, normalization can expand a character:
+    NFKC turns U+FDFA into 18). A tokenizer that gave more would still never see an input over its limit:
+    ``embed_documents`` counts every input exactly and refuses one that is over."""
 
     def __init__(self, count, prefix: str | None, limit: int):
         self.count = count
         self.limit = limit
-        self.overhead = len((prefix or "").encode()) + _SPECIAL_TOKENS
+        self.overhead = len(prefix or "") + _SPECIAL_TOKENS
+        self.ascii_prefix = (prefix or "").isascii()
 
     def __call__(self, text: str) -> int:
-        bound = len(text) * 4 + self.overhead  # a character is at most 4 bytes: skips even the encode
-        if bound <= self.limit:
+        bound = len(text) + self.overhead
+        if bound <= self.limit and self.ascii_prefix and text.isascii():
             return bound
-        bound = len(text.encode()) + self.overhead
-        return bound if bound <= self.limit else self.count(text)
+        return self.count(text)
 
 
 def _limit_count(document: Document, span: Span, tokens: int, limit_counter) -> int:

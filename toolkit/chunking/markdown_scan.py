@@ -5,8 +5,10 @@ reference definitions and raw HTML blocks read as paragraphs), several times fas
 It replays markdown-it's block rules line by line: ``table``, ``code`` (indented), ``fence``, ``heading``,
 ``lheading`` (setext) and ``paragraph``, with the same terminators. A block quote (lazy continuation lines,
 nested blocks) is handed to markdown-it itself: at the top level, parsing at a block start depends only on
-the lines from there on, and a block quote ends at the first empty line at the latest, so markdown-it parses
-just the lines up to that empty line and the scan resumes where the quote ended.
+the lines from there on, and a block quote ends at the first empty line, fence or heading at the latest, so
+markdown-it parses just the lines up to there and the scan resumes where the quote ended. Should quotes keep
+ending long before those lines (lazy lines that turn out not to continue them), the scan gives up and the
+caller parses the whole text with markdown-it once, so the work stays linear.
 ``tests/test_markdown_scan.py`` compares the result with markdown-it's on real README files and on generated
 Markdown.
 """
@@ -126,6 +128,27 @@ class _Lines:
     def quote(self, i: int) -> bool:
         return self.indent[i] < 4 and self.body[i][:1] == ">"
 
+    def quote_window(self, first: int) -> int:
+        """The end of the lines that decide the block quote starting at line ``first`` (markdown-it's
+        blockquote rule): a '>' line (at any indentation) continues it; it ends at an empty line (and
+        markdown-it counts the empty lines after it into the quote), at a line after an empty '>' line, or
+        at a line where a fence or a heading starts; any other line is a lazy continuation."""
+        n, body = self.n, self.body
+        empty_quote_line = not body[first][1:].strip(" \t")
+        end = first + 1
+        while end < n:
+            rest = body[end]
+            if not rest:
+                while end < n and not body[end]:
+                    end += 1
+                return end
+            if rest[0] == ">":
+                empty_quote_line = not rest[1:].strip(" \t")
+            elif empty_quote_line or self.fence_open(end) is not None or self.atx(end) is not None:
+                return end
+            end += 1
+        return end
+
     def interrupts(self, i: int) -> bool:
         """Whether line i ends a paragraph: a table, a fence, a block quote or a heading starts there."""
         return (
@@ -153,7 +176,7 @@ def scan(src: str, parse=None) -> list[tuple] | None:
     if parse is None and ">" in src and any(t.quote(i) for i in range(n)):
         return None
     blocks: list[tuple] = []
-    line = 0
+    line = parsed = 0
     while line < n:
         if not body[line]:
             line += 1
@@ -205,13 +228,10 @@ def scan(src: str, parse=None) -> list[tuple] | None:
             line = end
             continue
         if t.quote(line):
-            # The quote ends at the first empty line at the latest; markdown-it also counts the empty lines
-            # after it into the quote's extent (it skips them before looking for the quote's next block).
-            end = line + 1
-            while end < n and body[end]:
-                end += 1
-            while end < n and not body[end]:
-                end += 1
+            end = t.quote_window(line)
+            parsed += end - line
+            if parsed > n // 2 + 200:
+                return None  # long quote windows (lazy lines): one markdown-it parse of the whole text is cheaper
             blocks.append(_quote(parse, lines, line, end, end < n or broken))
             line = blocks[-1][2]
             continue
@@ -246,8 +266,8 @@ def scan(src: str, parse=None) -> list[tuple] | None:
 
 
 def _quote(parse, lines: list[str], first: int, end: int, line_break: bool) -> tuple:
-    """The block quote starting at line ``first``: markdown-it parses lines first..end (up to the first
-    non-empty line after the first empty line, or the end), and the quote is its first block."""
+    """The block quote starting at line ``first``: markdown-it parses lines first..end (``_Lines.quote_window``),
+    and the quote is its first block."""
     # The lines exactly as markdown-it sees them in the whole text: whether the last one ends with a line
     # break matters (a fence inside the quote reads the character after an empty last line).
     tokens = parse("\n".join(lines[first:end]) + ("\n" if line_break else ""))
