@@ -215,6 +215,32 @@ def test_a_failed_embedding_keeps_the_batches_before_and_starts_none_after(conn,
     assert {r[0] for r in conn.execute(f"SELECT DISTINCT doc_id FROM toolkit.chunks_v{v}")} == set(stored)
 
 
+def test_an_interrupted_ingest_exits_at_once_and_keeps_the_batches_written(conn, database_url, corpus, remote):
+    # Ctrl-C while the next batch's embedding hangs: the process exits without waiting for the model call in
+    # flight, the batch already written stays, and nothing of the interrupted one is written.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    versions.create_version(conn, "remote", "markdown:60:0", "markdown:60:0@1")
+    remote.script({}, {"delay": 30})  # the first document is answered; the second hangs for 30 s
+    args = ["--database-url", database_url, "ingest", str(corpus), "--tenant", "acme", "--batch-size", "1"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 0:
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)  # the second request is in flight
+    process.send_signal(signal.SIGINT)
+    _out, err = process.communicate(timeout=10)  # not the 30 s the model call would take
+    assert process.returncode == 130 and "Traceback" not in err and "Run the same command again" in err
+    assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 1
+    assert remote.requests == 2
+
+
 @pytest.mark.parametrize("tenant", ["", "   ", "bad\nname", "x" * 300])
 def test_unusable_tenants_are_refused_before_anything_is_written(conn, corpus, tenant):
     with pytest.raises(InputError, match="tenant"):

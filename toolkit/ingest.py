@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import queue
+import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -422,6 +424,34 @@ class _Batch:
         return self.prepared.result() if self.prepared is not None else ({}, 0, 0, 0.0)
 
 
+class _Worker:
+    """One daemon thread that runs submitted calls in order. Daemon, so that an interrupted ingest exits at once
+    instead of waiting for a model call in flight (the worker never touches the database: nothing is left half
+    written)."""
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="toolkit-ingest-prepare", daemon=True)
+        self._thread.start()
+
+    def submit(self, function, *args) -> Future:
+        future: Future = Future()
+        self._queue.put((future, function, args))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, function, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function(*args))
+                except BaseException as error:  # handed to the caller, which raises it
+                    future.set_exception(error)
+
+
 def _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap) -> None:
     """Plan, prepare and write the batches; with ``overlap``, the next batch is prepared while one is written.
 
@@ -435,7 +465,8 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
     ``bench/ingest.py`` times the write stage alone).
     """
     batches = [documents[i : i + batch_documents] for i in range(0, len(documents), batch_documents)]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-ingest-prepare") as worker:
+    worker = _Worker()
+    try:
 
         def start(index: int) -> _Batch:
             planned = _plan_batch(conn, targets, tenant, labels, index, batches[index], report)
@@ -482,6 +513,8 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
                 continue
             progress.advance(len(pending.documents), chunks=sum(report.chunks_written.values()))
             pending = following
+    finally:
+        worker.close()
 
 
 def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestReport) -> _Batch:

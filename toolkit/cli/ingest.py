@@ -36,8 +36,18 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
 
     _, conn = open_database()
     progress = Progress("ingest", unit="documents", quiet=output_format == "json" and not sys.stderr.isatty())
-    with conn:
-        report = run(conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress)
+    try:
+        with conn:
+            report = run(conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress)
+    except KeyboardInterrupt:
+        # The batch being written was rolled back; the ones before it are committed, and a run of the same
+        # command skips them (their content hashes are unchanged).
+        click.echo(
+            "\ntoolkit: interrupted; the batches written so far are kept. Run the same command again to continue: "
+            "unchanged documents are skipped.",
+            err=True,
+        )
+        sys.exit(130)
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
     else:
