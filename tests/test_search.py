@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import errors as pg_errors
+from psycopg import sql
 from support import fill_version
 
 from toolkit import search, versions
@@ -139,6 +140,25 @@ def test_vector_search_returns_the_exact_top_k_best_first(conn, store):
         principals=["hr"],
     )
     assert [h.chunk_ids[0] for h in hits] == [r[0] for r in exact]
+
+
+def test_search_inside_the_callers_transaction_leaves_its_role_and_settings_alone(conn, store):
+    # The role, tenant and principals a search sets are local to it: the caller's own transaction goes on as
+    # the caller, with no tenant set, after the search returns (a placeholder setting left empty reads as '').
+    from toolkit.verify import search_rows
+
+    settings = (
+        "SELECT current_user, coalesce(current_setting('toolkit.tenant', true), ''),"
+        " coalesce(current_setting('toolkit.principals', true), '')"
+    )
+    with conn.transaction():
+        baseline = conn.execute(settings).fetchone()
+        assert baseline[1:] == ("", "")
+        assert search.search(conn, QUESTION, "a", 3, principals=["hr"], role="toolkit_reader")
+        assert conn.execute(settings).fetchone() == baseline
+        relation = sql.Identifier("toolkit", "active_chunks")
+        assert search_rows(conn, relation, sql.SQL("chunk_id"), question_vector(), "a", 3, True)
+        assert conn.execute(settings).fetchone() == baseline
 
 
 @pytest.mark.parametrize(

@@ -170,7 +170,9 @@ def search(
     else:
         statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s)"
 
-    with _search_errors(), conn.transaction():
+    # Rolled back at the end (it only reads): the role and settings set here then end with it, even inside a
+    # transaction of the caller's (SET LOCAL would otherwise last until the caller's transaction ends).
+    with _search_errors(), conn.transaction(force_rollback=True):
         if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
             conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
         conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))

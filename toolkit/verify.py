@@ -126,7 +126,7 @@ def search_rows(
     query = sql.SQL("SELECT {} FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding {} %s LIMIT %s").format(
         columns, relation, sql.SQL(DISTANCE_OPERATORS[distance])
     )
-    with conn.transaction():
+    with conn.transaction(force_rollback=True):  # read only: the role and settings end with it (see search.py)
         if as_reader:
             conn.execute("SET LOCAL ROLE toolkit_reader")
         conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
