@@ -15,12 +15,11 @@ import functools
 import re
 
 from toolkit.chunking.base import Chunker, Document, Span
-from toolkit.chunking.markdown_scan import scan
+from toolkit.chunking.markdown_scan import blocks_from_tokens, scan
 from toolkit.chunking.structure import Block, Section, pack_sections
 
 # markdown-it normalizes \r\n and lone \r to \n, so its line numbers count those as line breaks too.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_BLOCK_KINDS = {"paragraph_open": "paragraph", "fence": "code", "code_block": "code", "table_open": "table"}
 _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(?:.*\r?\n)*?(?:---|\.\.\.)[ \t]*(?:\r?\n|$)")
 
 
@@ -60,42 +59,8 @@ def parse_sections(text: str, *, scanner: bool = True) -> tuple[list[Section], l
         skip = len(_LINE_BREAK.findall(text, 0, front.end()))
     source = text[front.end() :] if front else text
     blocks = scan(source, _parser().parse) if scanner else None
-    if blocks is not None:
-        return _sections_from_blocks(text, blocks, offset, sections)
-    tokens = _parser().parse(source)
-    stack: list[tuple[int, str]] = []
-    protected: list[tuple[int, int]] = []
-    i = 0
-    count = len(tokens)
-    while i < count:
-        token = tokens[i]
-        kind = token.type
-        if kind in ("fence", "code_block", "table_open") and token.map:
-            protected.append((offset(token.map[0]), offset(token.map[1])))
-        if token.level != 0 or token.nesting == -1 or not token.map:
-            i += 1
-            continue
-        first, last = token.map
-        start, end = offset(first), offset(last)
-        if kind == "heading_open":
-            level = int(token.tag[1])
-            title = tokens[i + 1].content.strip() if i + 1 < count else ""
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, title))
-            sections.append(Section(tuple(t for _, t in stack), start, end, []))
-            i += 3
-            continue
-        block = Block(start, end, _BLOCK_KINDS.get(kind, "other"))
-        if block.kind == "table":
-            block.parts, block.header_rows = _table_rows(tokens, i, offset, text)
-        sections[-1].blocks.append(block)
-        i += 1
-    return [s for s in sections if s.blocks or s.path], protected
-
-
-def _sections_from_blocks(text, blocks, offset, sections):
-    """The same sections and protected ranges as the markdown-it path, from ``markdown_scan.scan``."""
+    if blocks is None:
+        blocks = blocks_from_tokens(_parser().parse(source))
     stack: list[tuple[int, str]] = []
     protected: list[tuple[int, int]] = []
     for kind, first, last, extra in blocks:
@@ -107,12 +72,10 @@ def _sections_from_blocks(text, blocks, offset, sections):
             stack.append((level, title))
             sections.append(Section(tuple(t for _, t in stack), start, end, []))
             continue
-        if kind == "quote":
-            protected.extend((offset(a), offset(b)) for a, b in extra)
-            sections[-1].blocks.append(Block(start, end, "other"))
-            continue
         block = Block(start, end, kind)
-        if kind != "paragraph":
+        if kind == "other":  # a block quote: the code blocks and tables inside it are protected
+            protected.extend((offset(a), offset(b)) for a, b in extra)
+        elif kind != "paragraph":
             protected.append((start, end))
         if kind == "table":
             block.parts, block.header_rows = _line_rows(first, last, offset, text)
@@ -120,12 +83,8 @@ def _sections_from_blocks(text, blocks, offset, sections):
     return [s for s in sections if s.blocks or s.path], protected
 
 
-def _table_rows(tokens, i, offset, text):
-    """Each table line as a row; the header row and the delimiter row below it are the header."""
-    return _line_rows(*tokens[i].map, offset, text)
-
-
 def _line_rows(first, last, offset, text):
+    """Each table line as a row; the header row and the delimiter row below it are the header."""
     rows = []
     for line in range(first, last):
         a, b = offset(line), offset(line + 1)

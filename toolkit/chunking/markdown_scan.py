@@ -162,7 +162,7 @@ class _Lines:
 def scan(src: str, parse=None) -> list[tuple] | None:
     """Top-level blocks as (kind, first line, end line, extra): ``("heading", a, b, (level, title))``,
     ``("paragraph", a, b, None)``, ``("code", a, b, None)``, ``("table", a, b, None)``, and
-    ``("quote", a, b, protected)`` with the line ranges of the code blocks and tables inside the quote; line
+    ``("other", a, b, protected)`` (a block quote) with the line ranges of the code blocks and tables inside it; line
     numbers as markdown-it counts them. ``parse`` is markdown-it's ``parse`` (configured as the strategy's),
     used for block quotes; without it, a text with a block quote gives None."""
     lines = _LINE_BREAK.split(src)
@@ -270,14 +270,42 @@ def _quote(parse, lines: list[str], first: int, end: int, line_break: bool) -> t
     and the quote is its first block."""
     # The lines exactly as markdown-it sees them in the whole text: whether the last one ends with a line
     # break matters (a fence inside the quote reads the character after an empty last line).
-    tokens = parse("\n".join(lines[first:end]) + ("\n" if line_break else ""))
-    if not tokens or tokens[0].type != "blockquote_open" or not tokens[0].map:
+    blocks = blocks_from_tokens(parse("\n".join(lines[first:end]) + ("\n" if line_break else "")), first)
+    if not blocks or blocks[0][:2] != ("other", first):
         raise AssertionError(f"markdown-it did not read line {first} as a block quote")
-    last = first + tokens[0].map[1]
-    protected = []
-    for token in tokens[1:]:
-        if token.type == "blockquote_close" and token.level == 0:
-            break
-        if token.type in ("fence", "code_block", "table_open") and token.map:
-            protected.append((first + token.map[0], first + token.map[1]))
-    return ("quote", first, last, protected)
+    return blocks[0]
+
+
+_PROTECTED_TOKENS = ("fence", "code_block", "table_open")
+
+
+def blocks_from_tokens(tokens, first_line: int = 0) -> list[tuple]:
+    """The same block tuples as ``scan``, from markdown-it's tokens (line numbers shifted by ``first_line``).
+    A top-level container (a block quote) is ``("other", a, b, protected)``, with the line ranges of the code
+    blocks and tables inside it."""
+    blocks: list[tuple] = []
+    i, count = 0, len(tokens)
+    while i < count:
+        token = tokens[i]
+        i += 1
+        if token.level != 0 or token.nesting == -1 or not token.map:
+            continue
+        first, last = token.map[0] + first_line, token.map[1] + first_line
+        if token.type == "heading_open":
+            title = tokens[i].content.strip() if i < count else ""
+            blocks.append(("heading", first, last, (int(token.tag[1]), title)))
+        elif token.type == "paragraph_open":
+            blocks.append(("paragraph", first, last, None))
+        elif token.type in ("fence", "code_block"):
+            blocks.append(("code", first, last, None))
+        elif token.type == "table_open":
+            blocks.append(("table", first, last, None))
+        else:
+            protected = []
+            while i < count and not (tokens[i].level == 0 and tokens[i].nesting == -1):
+                inner = tokens[i]
+                if inner.type in _PROTECTED_TOKENS and inner.map:
+                    protected.append((inner.map[0] + first_line, inner.map[1] + first_line))
+                i += 1
+            blocks.append(("other", first, last, protected))
+    return blocks
