@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import psycopg
@@ -419,9 +420,18 @@ class _Batch:
     known: dict[int, dict] = field(default_factory=dict)  # version → stored vectors by content hash
     prepared: Future | None = None
 
-    def result(self) -> tuple[dict[int, list], int, int, float]:
-        """(rows by version, embedded, reused, seconds): waits for the worker; raises what its prepare raised."""
-        return self.prepared.result() if self.prepared is not None else ({}, 0, 0, 0.0)
+    def result(self) -> _Prepared:
+        """Waits for the worker; raises what its prepare raised."""
+        return self.prepared.result() if self.prepared is not None else _Prepared({}, 0, 0, 0.0)
+
+
+class _Prepared(NamedTuple):
+    """A batch chunked and embedded; the counts go into the report once the batch is written."""
+
+    rows_by_version: dict[int, list]
+    embedded: int
+    reused: int
+    seconds: float
 
 
 class _Worker:
@@ -466,24 +476,23 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
     """
     batches = [documents[i : i + batch_documents] for i in range(0, len(documents), batch_documents)]
     worker = _Worker()
+
+    def start(index: int) -> _Batch:
+        planned = _plan_batch(conn, targets, tenant, labels, index, batches[index], report)
+        if planned.work:
+            planned.prepared = worker.submit(
+                _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known
+            )
+        return planned
+
+    def write(batch: _Batch, prepared: _Prepared) -> None:
+        if batch.work:
+            _write_batch(conn, batch.targets, tenant, labels, batch.work, prepared.rows_by_version, report)
+        report.embedded += prepared.embedded
+        report.reused += prepared.reused
+        report.seconds["prepare"] += prepared.seconds
+
     try:
-
-        def start(index: int) -> _Batch:
-            planned = _plan_batch(conn, targets, tenant, labels, index, batches[index], report)
-            if planned.work:
-                planned.prepared = worker.submit(
-                    _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known
-                )
-            return planned
-
-        def write(batch: _Batch, prepared) -> None:
-            rows_by_version, embedded, reused, seconds = prepared
-            if batch.work:
-                _write_batch(conn, batch.targets, tenant, labels, batch.work, rows_by_version, report)
-            report.embedded += embedded
-            report.reused += reused
-            report.seconds["prepare"] += seconds
-
         index, pending = 0, None
         while pending is not None or index < len(batches):
             if pending is None:
@@ -547,12 +556,10 @@ def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestRepor
     return planned
 
 
-def _prepare_batch(targets, tenant, labels, work, known_by_version) -> tuple[dict[int, list], int, int, float]:
-    """Chunk and embed (no database access: this runs in the worker thread). Returns the rows by version, the
-    numbers of chunks embedded and reused, and the seconds it took, which the caller adds to its report once
-    the batch is written."""
+def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared:
+    """Chunk and embed (no database access: this runs in the worker thread)."""
     began = time.perf_counter()
-    counts = IngestReport(tenant=tenant)
+    counts = IngestReport(tenant=tenant)  # chunk_rows counts embedded and reused chunks here
     rows_by_version = {}
     for target in targets:
         known = known_by_version[target.version]
@@ -560,8 +567,7 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> tuple[dic
         for _, doc, _ in work:
             rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, counts)
         rows_by_version[target.version] = rows
-    counts.seconds["prepare"] = time.perf_counter() - began
-    return rows_by_version, counts.embedded, counts.reused, counts.seconds["prepare"]
+    return _Prepared(rows_by_version, counts.embedded, counts.reused, time.perf_counter() - began)
 
 
 def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:
