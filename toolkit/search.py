@@ -187,20 +187,7 @@ def search(
 
 
 def _hit(row: dict) -> SearchHit:
-    if "kind" in row:  # a small-to-big context
-        return SearchHit(
-            rank=row["rank"],
-            score=row["score"],
-            doc_id=row["doc_id"],
-            start=row["start_offset"],
-            end=row["end_offset"],
-            heading_path=list(row["heading_path"] or []),
-            text=row["text"],
-            kind=row["kind"],
-            chunk_ids=list(row["chunk_ids"]),
-            version=row["version"],
-            model_alias=row["model_alias"],
-        )
+    context = "kind" in row  # a small-to-big context (search_context) rather than a chunk
     return SearchHit(
         rank=row["rank"],
         score=row["score"],
@@ -209,13 +196,10 @@ def _hit(row: dict) -> SearchHit:
         end=row["end_offset"],
         heading_path=list(row["heading_path"] or []),
         text=row["text"],
-        kind="chunk",
-        chunk_ids=[row["chunk_id"]],
+        kind=row["kind"] if context else "chunk",
+        chunk_ids=list(row["chunk_ids"]) if context else [row["chunk_id"]],
         version=row["version"],
         model_alias=row["model_alias"],
-        distance=row.get("distance"),
-        vector_rank=row.get("vector_rank"),
-        text_rank=row.get("text_rank"),
     )
 
 

@@ -101,19 +101,17 @@ def fast_engine():
         package = importlib.util.find_spec("bpe_openai")
         if package is None or not package.submodule_search_locations:
             raise ImportError("bpe-openai is not installed")
-        module = None
-        for folder in package.submodule_search_locations:
-            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                path = os.path.join(folder, "_bindings" + suffix)
-                if os.path.exists(path):
-                    loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", path)
-                    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-                    loader.exec_module(module)
-                    break
-            if module is not None:
-                break
-        if module is None:
+        candidates = (
+            os.path.join(folder, "_bindings" + suffix)
+            for folder in package.submodule_search_locations
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES
+        )
+        path = next((candidate for candidate in candidates if os.path.exists(candidate)), None)
+        if path is None:
             raise ImportError("bpe-openai has no compiled module for this Python")
+        loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", path)
+        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+        loader.exec_module(module)
         engine = module.tokenizer_for_encoding("cl100k_base")
         if list(engine.encode(PROBE)) != PROBE_IDS or engine.count(PROBE) != len(PROBE_IDS):
             raise ValueError("its ids differ from tiktoken's on the probe text")
@@ -157,10 +155,11 @@ class Cl100kTokenizer:
         if engine is not None:
             self._encode = engine.encode
             self._count = engine.count
+            self.engine = "bpe-openai"
         else:
             self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
             self._count = lambda text: len(self._encode(text))
-        self.engine = engine_name()
+            self.engine = "tiktoken"
         self._cache: dict[str, int] = {}
 
     def count(self, text: str) -> int:

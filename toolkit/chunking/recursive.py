@@ -115,9 +115,9 @@ class _Splitter:
         fits = self.fits
         # Where the planning estimate alone says "fits" (see Document.fits), the greedy extension below
         # would say so too: jump there by bisection instead of asking part by part.
-        sure = self.document.sure_fit_ends(parts, self.budget, self.heading_path, self.context)
-        if self.in_tokens and self.document.unit == "chars":
-            sure = None
+        sure = None
+        if not (self.in_tokens and self.document.unit == "chars"):  # that case measures exactly (see fits)
+            sure = self.document.sure_fit_ends(parts, self.budget, self.heading_path, self.context)
         while i < n:
             start = parts[i][0]
             j = i
