@@ -24,6 +24,8 @@ import time
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 
+from report import cpu_name, write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SECTION = "## Chunking"
@@ -303,7 +305,7 @@ def run(repeats: int) -> tuple[list[dict], dict]:
         "floors": floors,
         "documents": len(texts),
         "megabytes": megabytes,
-        "cpu": _cpu(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "load": f"{os.getloadavg()[0]:.1f}",
         "python": platform.python_version(),
@@ -311,16 +313,6 @@ def run(repeats: int) -> tuple[list[dict], dict]:
         "warm_up_megabytes": sum(len(t.encode()) for t in warm_up) / 1e6,
     }
     return rows, machine
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _version(package: str) -> str:
@@ -443,23 +435,6 @@ def _explain(rows: list[dict], machine: dict) -> list[str]:
     return lines
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section in ``path`` (or append it), leaving other sections untouched."""
-    import re
-
-    if not path.exists():
-        path.write_text("# Benchmarks\n\n" + section, encoding="utf-8")
-        return
-    text = path.read_text(encoding="utf-8")
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        path.write_text(text.rstrip("\n") + "\n\n" + section, encoding="utf-8")
-        return
-    following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
-    end = start + len(SECTION) + following.start() if following else len(text)
-    path.write_text(text[:start] + section + ("\n" + text[end:] if following else ""), encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Chunking throughput against langchain, chonkie, semchunk, llama-index."
@@ -471,7 +446,7 @@ def main() -> None:
     section = render(rows, machine)
     print(section)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", section)
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section)
 
 
 if __name__ == "__main__":

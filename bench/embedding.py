@@ -22,6 +22,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from report import cpu_name, write_section
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -143,23 +145,13 @@ def run(repeats: int, server: bool, limit: int = 1000) -> tuple[list[dict], dict
     add("hashing:384", get_embedder("hashing:384"), "not semantic; the toolkit's own floor")
     machine = {
         "load": f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after",
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "paragraphs": len(texts),
         "words": statistics.mean(len(t.split()) for t in texts),
     }
     return rows, machine
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def render(rows: list[dict], machine: dict, repeats: int) -> str:
@@ -193,21 +185,6 @@ def render(rows: list[dict], machine: dict, repeats: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section in ``path`` (or append it), leaving other sections untouched."""
-    if not path.exists():
-        path.write_text("# Benchmarks\n\n" + section, encoding="utf-8")
-        return
-    text = path.read_text(encoding="utf-8")
-    start = text.find(SECTION)
-    if start < 0:
-        path.write_text(text.rstrip("\n") + "\n\n" + section, encoding="utf-8")
-        return
-    following = re.search(r"^## ", text[start + len(SECTION) :], flags=re.MULTILINE)
-    end = start + len(SECTION) + following.start() if following else len(text)
-    path.write_text(text[:start] + section + ("\n" + text[end:] if following else ""), encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Real-model embedding throughput (chunks/s).")
     parser.add_argument("--repeats", type=int, default=2)
@@ -220,7 +197,7 @@ def main() -> None:
     print()
     print(section)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", section)
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section)
 
 
 if __name__ == "__main__":

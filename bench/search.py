@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
 import shutil
 import statistics
 import sys
@@ -33,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from report import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -498,21 +498,6 @@ def binary_verdict(results: dict) -> str:
     )
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace this benchmark's section in ``path`` (or append it), leaving other sections untouched."""
-    if not path.exists():
-        path.write_text("# Benchmarks\n\n" + text, encoding="utf-8")
-        return
-    current = path.read_text(encoding="utf-8")
-    start = current.find(SECTION + "\n")
-    if start < 0:
-        path.write_text(current.rstrip("\n") + "\n\n" + text, encoding="utf-8")
-        return
-    following = re.search(r"^## ", current[start + len(SECTION) :], flags=re.MULTILINE)
-    end = start + len(SECTION) + following.start() if following else len(current)
-    path.write_text(current[:start] + text + ("\n" + current[end:] if following else ""), encoding="utf-8")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description="Search latency and recall at 100k × 384.")
     parser.add_argument("--rows", type=int, default=100_000)
@@ -528,7 +513,7 @@ def main() -> None:
     text = section(results, args.rounds)
     print(text)
     if args.write:
-        write_section(ROOT / "docs" / "benchmarks.md", text)
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
 
 
 if __name__ == "__main__":
