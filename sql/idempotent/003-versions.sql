@@ -255,6 +255,23 @@ AS $$
         AND am.amname = 'hnsw'
 $$;
 
+-- Raises unless the version's HNSW index exists and is valid (before it is marked ready or goes live).
+CREATE OR REPLACE FUNCTION toolkit._require_valid_index(target integer)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT toolkit.version_index_valid(target) THEN
+        RAISE EXCEPTION 'version % has no valid HNSW index', target
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Build it with SELECT toolkit.create_version_index(version).';
+    END IF;
+END
+$$;
+
 -- Counts the rows of a version still waiting for an embedding (parents are never embedded).
 CREATE OR REPLACE FUNCTION toolkit.version_pending_rows(target integer)
 RETURNS bigint
@@ -292,11 +309,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Finish the backfill first: toolkit backfill --resume.';
     END IF;
-    IF NOT toolkit.version_index_valid(target) THEN
-        RAISE EXCEPTION 'version % has no valid HNSW index', target
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Build it with SELECT toolkit.create_version_index(version).';
-    END IF;
+    PERFORM toolkit._require_valid_index(target);
     PERFORM toolkit._set_version_state(target, 'ready');
 END
 $$;

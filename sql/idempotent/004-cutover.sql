@@ -104,11 +104,7 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).';
     END IF;
-    IF NOT toolkit.version_index_valid(target) THEN
-        RAISE EXCEPTION 'version % has no valid HNSW index', target
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Build it with SELECT toolkit.create_version_index(version).';
-    END IF;
+    PERFORM toolkit._require_valid_index(target);
 
     SELECT x.version INTO previous FROM toolkit.versions AS x WHERE x.state = 'active' FOR UPDATE;
     IF previous IS NOT NULL THEN
