@@ -155,10 +155,14 @@ class Cl100kTokenizer:
         if engine is not None:
             self._encode = engine.encode
             self._count = engine.count
+            # count_till(text, limit): the count if at most limit, else None; stops early. The text must be valid
+            # Unicode (no lone surrogates), as chunkers check first.
+            self.count_till = engine.count_till_limit
             self.engine = "bpe-openai"
         else:
             self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
             self._count = lambda text: len(self._encode(text))
+            self.count_till = self._count_till
             self.engine = "tiktoken"
         self._cache: dict[str, int] = {}
 
@@ -177,6 +181,10 @@ class Cl100kTokenizer:
             return self._count(text)
         except UnicodeEncodeError:  # a lone surrogate: count as tiktoken does (it replaces them)
             return len(self._encoding.encode_ordinary(text))
+
+    def _count_till(self, text: str, limit: int) -> int | None:
+        n = self._count_any(text)
+        return n if n <= limit else None
 
     def encode(self, text: str) -> list[int]:
         """tiktoken's ``encode_ordinary`` ids (lone surrogates replaced, as tiktoken does)."""

