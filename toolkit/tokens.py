@@ -155,14 +155,16 @@ class Cl100kTokenizer:
         if engine is not None:
             self._encode = engine.encode
             self._count = engine.count
-            # count_till(text, limit): the count if at most limit, else None; stops early. The text must be valid
-            # Unicode (no lone surrogates), as chunkers check first.
+            # count_till(text, limit): the count if at most limit, else None; stops early. A lone surrogate raises
+            # UnicodeEncodeError (count() counts it as tiktoken does).
             self.count_till = engine.count_till_limit
+            self.count_uncached = engine.count  # the same without the cache (for strings seen once)
             self.engine = "bpe-openai"
         else:
             self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
             self._count = lambda text: len(self._encode(text))
             self.count_till = self._count_till
+            self.count_uncached = self._count
             self.engine = "tiktoken"
         self._cache: dict[str, int] = {}
 
@@ -183,7 +185,7 @@ class Cl100kTokenizer:
             return len(self._encoding.encode_ordinary(text))
 
     def _count_till(self, text: str, limit: int) -> int | None:
-        n = self._count_any(text)
+        n = self._count(text)  # raises UnicodeEncodeError for a lone surrogate, as bpe-openai's does
         return n if n <= limit else None
 
     def encode(self, text: str) -> list[int]:

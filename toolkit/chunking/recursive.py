@@ -193,16 +193,6 @@ def _part_boundary(text: str, previous: int, b: int, following: int) -> int | No
     return _first_resync(text, b, following)
 
 
-def _tail_resync(text: str, low: int, end: int) -> int | None:
-    """A resynchronisation point p with low < p <= end, near ``end``: usually the space before the last word."""
-    if end < len(text) and text[end] in " \t":
-        return end
-    p = text.rfind(" ", low + 1, end)
-    if p > 0 and not text[p - 1].isspace():
-        return p
-    return _last_resync(text, low, end)
-
-
 class _Parts:
     """One range split at one separator level: exact token counts of any run of consecutive parts.
 
@@ -212,12 +202,18 @@ class _Parts:
     first boundary, the segments in between, and a tail correction at its last boundary: two short strings.
     """
 
-    __slots__ = ("bounds", "first", "flagged", "inner", "level", "ps", "splitter", "text", "vb")
+    __slots__ = (
+        "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level", "ps", "span", "splitter",
+        "text", "vb",
+    )  # fmt: skip
 
     def __init__(self, splitter, bounds, level):
         self.splitter = splitter
         self.bounds = bounds
         self.level = level
+        self.count = splitter.count
+        self.count_till = splitter.count_till
+        self.budget = splitter.budget
         text = self.text = splitter.text
         # The range's start is the first part's boundary (every span counted starts at or after it). The usual
         # cut (after a line break, at text) is its own part's boundary; for the others one is looked for.
@@ -267,54 +263,68 @@ class _Parts:
         self.ps = list(accumulate(counts, initial=0))
 
     def tokens(self, i, j):
-        """Exact trimmed tokens of parts i..j when at most the budget; otherwise some number over it."""
+        """Exact tokens of parts i..j, whitespace at either end left out, when at most the budget (otherwise some
+        number over it); the trimmed span is left in ``self.span``."""
         text = self.text
         bounds = self.bounds
-        lo = bounds[i]
-        hi = bounds[j + 1]
-        s = lo
+        s = bounds[i]
+        hi = e = bounds[j + 1]
         while s < hi and text[s].isspace():
             s += 1
         if s == hi:
+            self.span = None
             return 0
-        e = hi
         while text[e - 1].isspace():
             e -= 1
-        splitter = self.splitter
+        self.span = (s, e)
         vb = self.vb
         a = self.first[i]
         while a + 1 < len(vb) and vb[a + 1] <= s:  # parts of whitespace only at the start
             a += 1
         va = vb[a]
         if va >= e:  # no boundary inside the span
-            return splitter.direct(s, e)
-        count = splitter.count
+            return self.direct(s, e)
+        count = self.count
         ps = self.ps
         b = self.first[j + 1]
         low = va  # the segments are summed from here; the head before it is counted on its own
-        if s <= va:
-            head = count(text[s:va]) if s < va else 0
+        if s == va:
+            head = 0
+        elif s < va:
+            head = count(text[s:va])
         else:  # an indented first line: the boundary is before the indentation, so its segment is corrected
             low = _first_resync(text, s, min(e + 1, len(text)))
             if low is None or vb[a + 1] < low:
                 low = vb[a + 1]
             if low > e:
-                return splitter.direct(s, e)
+                return self.direct(s, e)
             head = count(text[s:low]) - count(text[va:low])
         last = vb[b - 1]
         if last == e:
             n, stop = head + ps[b - 1] - ps[a], b - 1
         else:
-            t = _tail_resync(text, last, e)
+            # The tail is corrected at a resynchronisation point t near its end, usually the space before the last
+            # word: the segment's text from t on is replaced by the span's.
+            if e < len(text) and text[e] in " \t":
+                t = e
+            else:
+                t = text.rfind(" ", last + 1, e)
+                if t < 1 or text[t - 1].isspace():
+                    t = _last_resync(text, last, e)
             if t is not None and t >= low:
                 n, stop = head + ps[b] - ps[a] - count(text[t : vb[b]]) + count(text[t:e]), b
             elif last >= low:
                 n, stop = head + ps[b - 1] - ps[a] + count(text[last:e]), b - 1
             else:
-                return splitter.direct(s, e)
-        if self.flagged is not None and self.flagged[stop] != self.flagged[a] and n <= splitter.budget:
-            return splitter.direct(s, e)  # a segment past the limit makes n a lower bound only
+                return self.direct(s, e)
+        if self.flagged is not None and self.flagged[stop] != self.flagged[a] and n <= self.budget:
+            return self.direct(s, e)  # a segment past the limit makes n a lower bound only
         return n
+
+    def direct(self, s, e):
+        """The tokens of ``text[s:e]`` counted on their own, up to the budget."""
+        n = self.count_till(self.text[s:e], self.budget)
+        return self.budget + 1 if n is None else n
 
 
 class _CountingSplitter:
@@ -329,7 +339,8 @@ class _CountingSplitter:
         self.overlap = overlap
         self.separators = separators
         tokenizer = document.tokenizer
-        self.count = tokenizer.count
+        # Heads and tails are short strings, rarely seen twice: the engine counts them as fast as a cache lookup.
+        self.count = tokenizer.count_uncached
         self.count_till = tokenizer.count_till
         # Segments are counted up to here: one that is longer is over the budget in any span that holds it.
         self.limit = budget + 64
@@ -340,10 +351,6 @@ class _CountingSplitter:
     def run(self):
         self.split(0, len(self.text), self.parts_at(0, len(self.text), 0), False)
         return self.out
-
-    def direct(self, s, e):
-        n = self.count_till(self.text[s:e], self.budget)
-        return self.budget + 1 if n is None else n
 
     def emit(self, start, end, n, atomic=False):
         text = self.text
@@ -374,7 +381,8 @@ class _CountingSplitter:
         if not over:
             n = parts.tokens(0, len(parts.bounds) - 2)
             if n <= self.budget:
-                self.emit(start, end, n)
+                if parts.span is not None:
+                    self.out.append((Span(*parts.span), n))
                 return
         self.pack(parts)
 
@@ -399,22 +407,22 @@ class _CountingSplitter:
             head = self.count(text[s : parts.vb[a]]) if s < parts.vb[a] else 0
             threshold = budget - 16 - head + ps[a]
             j = max(i, bisect_left(sums, threshold, i + 1, n + 1) - 2)
-            size = None
+            size = span = None
             while j + 1 < n:
                 m = tokens(i, j + 1)
                 if m > budget:
                     break
                 j += 1
-                size = m
+                size, span = m, parts.span
             if size is None:
-                size = tokens(i, j)
+                size, span = tokens(i, j), parts.span
             if j == i and size > budget:
                 inner = parts.inner.get(i)
                 if inner is None:
                     inner = self.parts_at(bounds[i], bounds[i + 1], parts.level + 1)
                 self.split(bounds[i], bounds[i + 1], inner, True)
-            else:
-                self.emit(start, bounds[j + 1], size)
+            elif span is not None:
+                self.out.append((Span(*span), size))
             if j + 1 >= n:
                 break
             k = j + 1
@@ -447,5 +455,7 @@ class RecursiveChunker(Chunker):
     def counted_spans(self, document: Document) -> list[tuple[Span, int]]:
         if self.unit != "tokens" or not isinstance(document.tokenizer, Cl100kTokenizer) or not document.text:
             return super().counted_spans(document)
-        document.check_encodable()
-        return _CountingSplitter(document, self.size, self.overlap, self.separators).run()
+        try:
+            return _CountingSplitter(document, self.size, self.overlap, self.separators).run()
+        except UnicodeEncodeError as error:  # a lone surrogate reached the engine
+            raise document.surrogate_error(error) from error
