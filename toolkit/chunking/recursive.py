@@ -7,6 +7,7 @@ it never cuts inside a protected range (a code fence or a table) unless told to.
 from __future__ import annotations
 
 import re
+import string
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, pairwise, repeat
 from operator import sub
@@ -193,6 +194,10 @@ def _part_boundary(text: str, previous: int, b: int, following: int) -> int | No
     return _first_resync(text, b, following)
 
 
+_ALNUM = frozenset(string.ascii_letters + string.digits)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
 class _Parts:
     """One range split at one separator level: exact token counts of any run of consecutive parts.
 
@@ -203,8 +208,8 @@ class _Parts:
     """
 
     __slots__ = (
-        "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level", "ps", "span", "splitter",
-        "text", "vb",
+        "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level", "ps", "short", "span",
+        "splitter", "text", "vb",
     )  # fmt: skip
 
     def __init__(self, splitter, bounds, level):
@@ -214,6 +219,7 @@ class _Parts:
         self.count = splitter.count
         self.count_till = splitter.count_till
         self.budget = splitter.budget
+        self.short = splitter.short
         text = self.text = splitter.text
         # The range's start is the first part's boundary (every span counted starts at or after it). The usual
         # cut (after a line break, at text) is its own part's boundary; for the others one is looked for.
@@ -301,22 +307,58 @@ class _Parts:
             head = count(text[s:low]) - count(text[va:low])
         last = vb[b - 1]
         if last == e:
-            n, stop = head + ps[b - 1] - ps[a], b - 1
+            return self.checked(head + ps[b - 1] - ps[a], a, b - 1, s, e)
+        # The tail is corrected at a token boundary q near its end: the segment's text from q on is replaced by the
+        # span's. After an ASCII letter or digit the span's end is one; after ASCII punctuation, the start of
+        # that run is (or the space before it, which the run's piece would take). Both strings are short and
+        # repeat ("\n\n", ".\n\n" and "."), so they are counted once per document.
+        q = None
+        last_char = text[e - 1]
+        if last_char in _ALNUM:
+            q = e
+        elif last_char in _PUNCTUATION:
+            q = e - 1
+            while q > last and text[q - 1] in _PUNCTUATION:
+                q -= 1
+            if q > last:
+                before = text[q - 1]
+                if before == " ":
+                    q -= 1
+                elif before not in _ALNUM and before not in "\t\r\n":
+                    q = None
+        if q is not None and q >= low:
+            short = self.short
+            tail = text[q : vb[b]]
+            n = short.get(tail)
+            if n is None:
+                n = count(tail)
+                if len(tail) <= 64:
+                    short[tail] = n
+            if q < e:
+                run = text[q:e]
+                m = short.get(run)
+                if m is None:
+                    m = count(run)
+                    if len(run) <= 64:
+                        short[run] = m
+                n -= m
+            return self.checked(head + ps[b] - ps[a] - n, a, b, s, e)
+        # Otherwise at a resynchronisation point t: a space or tab after the span, or else the space before its
+        # last word (any resynchronisation point gives the same count; a near one keeps the strings short).
+        if e < len(text) and text[e] in " \t":
+            t = e
         else:
-            # The tail is corrected at a resynchronisation point t near its end, usually the space before the last
-            # word: the segment's text from t on is replaced by the span's.
-            if e < len(text) and text[e] in " \t":
-                t = e
-            else:
-                t = text.rfind(" ", last + 1, e)
-                if t < 1 or text[t - 1].isspace():
-                    t = _last_resync(text, last, e)
-            if t is not None and t >= low:
-                n, stop = head + ps[b] - ps[a] - count(text[t : vb[b]]) + count(text[t:e]), b
-            elif last >= low:
-                n, stop = head + ps[b - 1] - ps[a] + count(text[last:e]), b - 1
-            else:
-                return self.direct(s, e)
+            t = text.rfind(" ", last + 1, e)
+            if t < 1 or text[t - 1].isspace():
+                t = _last_resync(text, last, e)
+        if t is not None and t >= low:
+            return self.checked(head + ps[b] - ps[a] - count(text[t : vb[b]]) + count(text[t:e]), a, b, s, e)
+        if last >= low:
+            return self.checked(head + ps[b - 1] - ps[a] + count(text[last:e]), a, b - 1, s, e)
+        return self.direct(s, e)
+
+    def checked(self, n, a, stop, s, e):
+        """``n``, counted with segments a..stop-1: exact unless one of them was past the limit."""
         if self.flagged is not None and self.flagged[stop] != self.flagged[a] and n <= self.budget:
             return self.direct(s, e)  # a segment past the limit makes n a lower bound only
         return n
@@ -346,6 +388,7 @@ class _CountingSplitter:
         self.limit = budget + 64
         # Longer segments are split at the next level before they are counted (see _Parts).
         self.long = max(3 * budget, 256)
+        self.short = {}  # counts of the short strings at the ends of spans
         self.out = []
 
     def run(self):
