@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import email.parser
+import gc
 import os
 import platform
 import socket
@@ -41,13 +42,15 @@ def corpus(min_bytes: int = MIN_BYTES) -> list[tuple[str, str]]:
     """(name, Markdown text) pairs, at least ``min_bytes`` of UTF-8 in total, in a stable order."""
     site = Path(sysconfig.get_paths()["purelib"])
     documents: list[tuple[str, str]] = []
+    seen: set[str] = set()  # identical documents are kept once
     total = 0
     for path in sorted(site.glob("*.dist-info/METADATA")):
         message = email.parser.Parser().parsestr(path.read_text(encoding="utf-8", errors="replace"))
         if "markdown" not in (message.get("Description-Content-Type") or "").lower():
             continue
         body = str(message.get_payload() or "").strip()
-        if body:
+        if body and body not in seen:
+            seen.add(body)
             documents.append((path.parent.name, body))
             total += len(body.encode())
     shipped = [*sorted(site.rglob("*.md")), *sorted(Path("/usr/share/doc").rglob("*.md"))]
@@ -57,7 +60,8 @@ def corpus(min_bytes: int = MIN_BYTES) -> list[tuple[str, str]]:
         if "licen" in str(path).lower() or ".dist-info" in str(path) or not path.is_file():
             continue
         text = path.read_text(encoding="utf-8", errors="replace").strip()
-        if len(text) > 500:
+        if len(text) > 500 and text not in seen:  # /usr/share/doc has the same README under several packages
+            seen.add(text)
             documents.append((str(path), text))
             total += len(text.encode())
     if total < min_bytes:
@@ -224,6 +228,19 @@ def peers(encoding):
     return runners
 
 
+def timed(work):
+    """(CPU seconds, result) of ``work()``, with garbage collected before and the collector off during the run, as
+    ``timeit`` does: otherwise one chunker's run pays for a collection of what the chunkers before it left."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.process_time()
+        result = work()
+        return time.process_time() - started, result
+    finally:
+        gc.enable()
+
+
 def run(repeats: int) -> tuple[list[dict], dict]:
     from toolkit.tokens import default_tokenizer, get_tokenizer
 
@@ -247,10 +264,9 @@ def run(repeats: int) -> tuple[list[dict], dict]:
             # first round (imports, regex compilation) is not timed.
             chunk, notes[name] = peers(encoding)[name]
             cache.clear()
-            started = time.process_time()
-            pieces[name] = [chunk(t) for t in texts]
+            spent, pieces[name] = timed(lambda chunk=chunk: [chunk(t) for t in texts])
             if attempt:
-                cold[name].append(time.process_time() - started)
+                cold[name].append(spent)
     for _ in range(max(1, repeats - 1)):
         for name in names:
             # Warm: a long-running ingest. Fresh objects chunk other text first (README texts that are not
@@ -259,10 +275,7 @@ def run(repeats: int) -> tuple[list[dict], dict]:
             cache.clear()
             for t in warm_up:
                 chunk(t)
-            started = time.process_time()
-            for t in texts:
-                chunk(t)
-            warm[name].append(time.process_time() - started)
+            warm[name].append(timed(lambda chunk=chunk: [chunk(t) for t in texts])[0])
     rows = []
     for name in names:
         offsets = {exact_offsets(t, p) for t, p in zip(texts, pieces[name], strict=True)}
@@ -296,10 +309,7 @@ def run(repeats: int) -> tuple[list[dict], dict]:
     for label, work in works:
         spent = []
         for _ in range(repeats):
-            started = time.process_time()
-            for t in texts:
-                work(t)
-            spent.append(time.process_time() - started)
+            spent.append(timed(lambda work=work: [work(t) for t in texts])[0])
         floors[label] = megabytes / statistics.median(spent)
     machine = {
         "floors": floors,
@@ -351,10 +361,12 @@ def render(rows: list[dict], machine: dict) -> str:
         f"Command: `.venv/bin/python bench/chunking.py --write` ({time.strftime('%Y-%m-%d')}). "
         f"Corpus: {machine['documents']} real Markdown documents, {machine['megabytes']:.2f} MB "
         "(README long descriptions from the virtual environment's `*.dist-info/METADATA`, then `.md` files shipped "
-        "in installed packages and under /usr/share/doc). Size 400 tokens, overlap 0, every peer given the same "
+        "in installed packages and under /usr/share/doc; identical texts once). Size 400 tokens, overlap 0, every "
+        "peer given the same "
         "tiktoken `cl100k_base` encoding object (offline copy); network connections refused during the run. "
         "MB/s is megabytes per second of this process's CPU time (the machine is shared, and wall-clock "
-        "times under other work's load varied twofold between rounds), the median of "
+        "times under other work's load varied twofold between rounds), with garbage collected before and the "
+        "collector off during each timed run (as `timeit` does), the median of "
         f"{machine['repeats']} cold runs (fresh chunker objects, toolkit token cache emptied) after an untimed "
         "first round; every round runs each chunker once, so load from other work falls on all alike. "
         "*Warm* MB/s is a long-running process: fresh chunker objects first chunk "
