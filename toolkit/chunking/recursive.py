@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import string
 from bisect import bisect_left, bisect_right
-from itertools import accumulate, pairwise, repeat
-from operator import sub
+from itertools import accumulate, compress, pairwise, repeat
+from operator import gt, sub
 
 from toolkit.chunking.base import Chunker, Document, Span
 from toolkit.chunking.sentence import SENTENCE_BOUNDARY
@@ -251,8 +251,8 @@ class _Parts:
         self.inner = {}  # part index -> the parts it splits into
         inner = {}  # segment index -> the same
         long = splitter.long
-        if self.level + 1 < len(splitter.separators) and max(map(sub, vb[1:], vb), default=0) > long:
-            for x in [x for x, length in enumerate(map(sub, vb[1:], vb)) if length > long]:
+        if self.level + 1 < len(splitter.separators):
+            for x in compress(range(len(vb) - 1), map(gt, map(sub, vb[1:], vb), repeat(long))):
                 k = owners[x]
                 if vb[x] == bounds[k] and bounds[k + 1] == vb[x + 1] and not text[vb[x]].isspace():
                     parts = splitter.parts_at(vb[x], vb[x + 1], self.level + 1)
