@@ -100,3 +100,43 @@ def test_a_line_start_is_a_token_boundary(text, data):
     end = data.draw(st.integers(point, len(text)))
     whole = len(ENCODING.encode_ordinary(text[start:end]))
     assert whole == len(ENCODING.encode_ordinary(text[start:point])) + len(ENCODING.encode_ordinary(text[point:end]))
+
+
+def counted_characters(text: str, spec: str) -> int:
+    """Characters the engine was given while chunking ``text`` (the work the counting path does)."""
+    tokenizer = Cl100kTokenizer()
+    total = 0
+    count, count_till = tokenizer.count_uncached, tokenizer.count_till
+
+    def counting(text):
+        nonlocal total
+        total += len(text)
+        return count(text)
+
+    def counting_till(text, limit):
+        nonlocal total
+        total += len(text)
+        return count_till(text, limit)
+
+    tokenizer.count_uncached, tokenizer.count_till = counting, counting_till
+    get_chunker(spec, tokenizer=tokenizer).chunk(text, "d")
+    return total
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "A sentence that ends here. Another one follows it!\n\n",  # the usual case: paragraphs, counted once
+        "a.\xa0",  # sentences with no token boundary of their own (no space, no line break)
+        "    indented line of code\n",  # lines whose boundary is before their indentation
+        "word ",  # one paragraph of words
+    ],
+)
+def test_the_counting_path_does_linear_work(unit):
+    # Each character is given to the engine a bounded number of times, however long the document: four times the
+    # text may cost at most a little over four times the work (quadratic work would cost sixteen times).
+    small = counted_characters(unit * 500, "recursive:64:8")
+    large = counted_characters(unit * 2000, "recursive:64:8")
+    assert large <= 4.5 * small
+    counted, reference = both(unit * 700, "recursive:64:8")
+    assert counted == reference

@@ -209,7 +209,7 @@ class _Parts:
 
     __slots__ = (
         "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level", "ps", "short", "span",
-        "splitter", "text", "vb",
+        "sparse", "splitter", "text", "vb",
     )  # fmt: skip
 
     def __init__(self, splitter, bounds, level):
@@ -228,10 +228,17 @@ class _Parts:
             b if text[b - 1] in "\r\n" and not text[b].isspace() else _part_boundary(text, previous, b, following)
             for previous, b, following in zip(bounds, bounds[1:-1], bounds[2:])  # noqa: B905 (lengths differ)
         ]
-        if None in vb:  # parts without a boundary share their predecessor's segment
+        # Parts without a boundary share their predecessor's segment. When such a shared segment is long, spans
+        # starting or ending inside it would be counted from far away (quadratic for text such as "a.\xa0" * n):
+        # ``sparse`` hands the range to the splitter on offsets instead.
+        self.sparse = False
+        if None in vb:
             owners = [k for k, b in enumerate(vb) if b is not None]
             first = list(accumulate((b is not None for b in vb), initial=0))
             vb = [b for b in vb if b is not None]
+            ends = [*vb[1:], bounds[-1]]
+            shared = (o2 - o1 > 1 for o1, o2 in zip(owners, [*owners[1:], len(bounds) - 1], strict=True))
+            self.sparse = any(share and b - a > splitter.long for share, a, b in zip(shared, vb, ends, strict=True))
         else:
             owners = first = range(len(bounds))
         vb.append(bounds[-1])
@@ -419,7 +426,10 @@ class _CountingSplitter:
 
     def split(self, start, end, parts, over):
         if parts is None:
-            self.split_characters(start, end)
+            self.on_offsets(start, end, len(self.separators))
+            return
+        if parts.sparse:
+            self.on_offsets(start, end, parts.level)
             return
         if not over:
             n = parts.tokens(0, len(parts.bounds) - 2)
@@ -474,14 +484,15 @@ class _CountingSplitter:
                     k -= 1
             i = k
 
-    def split_characters(self, start, end):
-        """No separator left (one word over the budget): the old splitter, on this range's own encoding."""
+    def on_offsets(self, start, end, level):
+        """``split_range`` from ``level`` on, on this range's own encoding: for one word over the budget (no
+        separator left) and for ranges with too few token boundaries (see ``_Parts.sparse``)."""
         from toolkit.chunking.base import Document
 
         sub = Document(self.text[start:end], self.document.tokenizer, "tokens", self.document.doc_id)
-        for span in split_range(sub, Span(0, end - start), self.budget, separators=()):
-            s, e = span.start + start, span.end + start
-            self.emit(s, e, sub.measure(span.start, span.end), span.atomic)
+        separators = self.separators[level:]
+        for span in split_range(sub, Span(0, end - start), self.budget, separators=separators, overlap=self.overlap):
+            self.emit(span.start + start, span.end + start, sub.measure(span.start, span.end), span.atomic)
 
 
 class RecursiveChunker(Chunker):
