@@ -259,6 +259,27 @@ def test_ids_depend_on_document_span_and_text_only():
     assert len({c.chunk_id for c in a} & {c.chunk_id for c in edited}) >= len(a) - 2
 
 
+def test_chunks_are_the_records_the_constructor_makes_with_documented_ids_and_hashes():
+    # build_chunks fills each frozen Chunk's fields directly (faster than its __init__): the records must be the
+    # ones the constructor makes, with every field set, and the ids and hashes as documented.
+    import dataclasses
+    import hashlib
+
+    from toolkit.chunking import Chunk
+    from toolkit.chunking.base import chunk_id
+
+    for spec in ("markdown:60:0", "recursive:60:10"):
+        for chunk in get_chunker(spec).chunk(POLICY, "policy.md"):
+            fields = {f.name: getattr(chunk, f.name) for f in dataclasses.fields(Chunk)}
+            assert set(vars(chunk)) == set(fields)
+            assert chunk == Chunk(**fields)
+            assert chunk.chunk_id == chunk_id("policy.md", chunk.start, chunk.end, chunk.text)
+            key = f"policy.md\x1f{chunk.start}\x1f{chunk.end}\x1f{chunk.text}".encode()
+            assert chunk.chunk_id == hashlib.sha256(key).hexdigest()[:32]
+            assert chunk.content_hash == hashlib.sha256(chunk.embed_text.encode()).hexdigest()
+            assert chunk.token_count == tokens(chunk.embed_text)
+
+
 # -- cleaning ----------------------------------------------------------------------------------------------
 def test_pdf_text_cleaning():
     raw = (DATA / "pdf_text.txt").read_text(encoding="utf-8")
