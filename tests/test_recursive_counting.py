@@ -140,3 +140,22 @@ def test_the_counting_path_does_linear_work(unit):
     assert large <= 4.5 * small
     counted, reference = both(unit * 700, "recursive:64:8")
     assert counted == reference
+
+
+def test_whitespace_at_a_parts_end_does_not_count_against_the_budget():
+    # "a\n\nb" is 3 tokens; the ten NEL characters after it are whitespace, which chunks leave out. Both paths
+    # once disagreed here: the offsets path judged the span by an estimate that included that whitespace.
+    text = "a\n\nb\n\n" + "\x85" * 10 + "c"
+    assert len(ENCODING.encode_ordinary("a\n\nb")) == 3
+    counted, reference = both(text, "recursive:3:0")
+    assert counted == reference == [(0, 4, 3, False), (16, 17, 1, False)]
+
+
+def test_overlap_never_repeats_a_whole_chunk_across_whitespace_only_pieces():
+    # Words separated by form feeds and spaces: most pieces are whitespace only. Stepping back over them for the
+    # overlap once started the next chunk with the same word again, giving a chunk per piece (hundreds of
+    # duplicates, and cubic work).
+    text = ("a " + "\x0c " * 200) * 4
+    counted, reference = both(text, "recursive:300:150")
+    assert counted == reference
+    assert [(start, end) for start, end, _, _ in counted] == [(0, 1), (402, 403), (804, 805), (1206, 1207)]

@@ -138,7 +138,14 @@ class _Splitter:
                 break
             k = j + 1
             if self.overlap:
-                while k - 1 > i and fits(parts[k - 1][0], end, self.overlap):
+                # Stepping back stops at the part holding this chunk's first text: going further, over parts of
+                # whitespace only, would start the next chunk with this one's text again.
+                text = self.text
+                first = start
+                while first < end and text[first].isspace():
+                    first += 1
+                stop = max(i, bisect_right(parts, (first, len(text) + 1)) - 1)
+                while k - 1 > stop and fits(parts[k - 1][0], end, self.overlap):
                     k -= 1
             i = k
 
@@ -148,8 +155,15 @@ class _Splitter:
             self.emit(start, end, atomic=True)
             return
         while start < end:
+            # The largest cut with size <= budget: galloping out from the start first, so that each probe costs
+            # about a chunk (a word with no resynchronisation point inside is counted by encoding the probe).
             low, high = start + 1, end
-            while low < high:  # largest cut with size <= budget
+            step = max(self.budget, 1)
+            while start + step < end and self.exact_size(start, start + step) <= self.budget:
+                low = start + step
+                step *= 2
+            high = min(end, start + step)
+            while low < high:
                 middle = (low + high + 1) // 2
                 if self.exact_size(start, middle) <= self.budget:
                     low = middle
@@ -479,8 +493,10 @@ class _CountingSplitter:
             if j + 1 >= n:
                 break
             k = j + 1
-            if self.overlap:
-                while k - 1 > i and tokens(k - 1, j) <= self.overlap:
+            if self.overlap and span is not None:
+                # As in _Splitter.pack: never back past the part holding this chunk's first text.
+                stop = max(i, bisect_right(bounds, span[0]) - 1)
+                while k - 1 > stop and tokens(k - 1, j) <= self.overlap:
                     k -= 1
             i = k
 
