@@ -158,14 +158,13 @@ class Cl100kTokenizer:
             # count_till(text, limit): the count if at most limit, else None; stops early. A lone surrogate raises
             # UnicodeEncodeError (count() counts it as tiktoken does).
             self.count_till = engine.count_till_limit
-            self.count_uncached = engine.count  # the same without the cache (for strings seen once)
             self.engine = "bpe-openai"
         else:
             self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
             self._count = lambda text: len(self._encode(text))
             self.count_till = self._count_till
-            self.count_uncached = self._count
             self.engine = "tiktoken"
+        self.count_uncached = self._count  # count() without the cache, for strings seen once (surrogates raise)
         self._cache: dict[str, int] = {}
 
     def count(self, text: str) -> int:

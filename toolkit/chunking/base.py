@@ -296,10 +296,12 @@ def _split_to_limit(document: Document, span: Span, max_tokens: int, limit_count
         budget = max(1, int(budget * 0.8))
 
 
-def chunk_id(doc_id: str | None, start: int, end: int, text: str) -> str:
-    """Stable id: the same document, span and text always give the same id."""
-    key = f"{doc_id or ''}\x1f{start}\x1f{end}\x1f{text}".encode()
-    return hashlib.sha256(key).hexdigest()[:32]
+def chunk_id(doc_id: str | None, start: int, end: int, text: str, encoded: bytes | None = None) -> str:
+    """Stable id: the same document, span and text always give the same id (``encoded``: the text's UTF-8, when
+    the caller has it already)."""
+    key = hashlib.sha256(f"{doc_id or ''}\x1f{start}\x1f{end}\x1f".encode())
+    key.update(text.encode() if encoded is None else encoded)
+    return key.hexdigest()[:32]
 
 
 def build_chunks(
@@ -340,8 +342,7 @@ def build_chunks(
         start, end = span.start, span.end
         body = text[start:end]
         data = body.encode()
-        key = sha256(f"{doc_id or ''}\x1f{start}\x1f{end}\x1f".encode())  # chunk_id(), hashing the body once
-        key.update(data)
+        identity = chunk_id(doc_id, start, end, body, data)
         if span.heading_path or span.context:
             data = compose_embed_text(span.heading_path, span.context, body).encode()
         # A frozen dataclass's __init__ sets each field through object.__setattr__; filling the instance's dict
@@ -356,7 +357,7 @@ def build_chunks(
             token_count=n,
             position=position,
             total=total,
-            chunk_id=key.hexdigest()[:32],
+            chunk_id=identity,
             content_hash=sha256(data).hexdigest(),
             chunker_version=version,
             parent_id=None,

@@ -12,7 +12,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, pairwise, repeat
 from operator import gt, sub
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker, Document, Span, trim
 from toolkit.chunking.sentence import SENTENCE_BOUNDARY
 from toolkit.tokens import Cl100kTokenizer, _first_resync, _last_resync
 
@@ -348,21 +348,7 @@ class _Parts:
                 elif before not in _ALNUM and before not in "\t\r\n":
                     q = None
         if q is not None and q >= low:
-            short = self.short
-            tail = text[q : vb[b]]
-            n = short.get(tail)
-            if n is None:
-                n = count(tail)
-                if len(tail) <= 64:
-                    short[tail] = n
-            if q < e:
-                run = text[q:e]
-                m = short.get(run)
-                if m is None:
-                    m = count(run)
-                    if len(run) <= 64:
-                        short[run] = m
-                n -= m
+            n = self.short_count(text[q : vb[b]]) - (self.short_count(text[q:e]) if q < e else 0)
             return self.checked(head + ps[b] - ps[a] - n, a, b, s, e)
         # Otherwise at a resynchronisation point t: a space or tab after the span, or else the space before its
         # last word (any resynchronisation point gives the same count; a near one keeps the strings short).
@@ -377,6 +363,15 @@ class _Parts:
         if last >= low:
             return self.checked(head + ps[b - 1] - ps[a] + count(text[last:e]), a, b - 1, s, e)
         return self.direct(s, e)
+
+    def short_count(self, string):
+        """The count of a string at a span's end, remembered for the document when it is short (they repeat)."""
+        n = self.short.get(string)
+        if n is None:
+            n = self.count(string)
+            if len(string) <= 64:
+                self.short[string] = n
+        return n
 
     def checked(self, n, a, stop, s, e):
         """``n``, counted with segments a..stop-1: exact unless one of them was past the limit."""
@@ -417,13 +412,9 @@ class _CountingSplitter:
         return self.out
 
     def emit(self, start, end, n, atomic=False):
-        text = self.text
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        if start < end:
-            self.out.append((Span(start, end, atomic=atomic), n))
+        span = trim(self.text, Span(start, end, atomic=atomic))
+        if span is not None:
+            self.out.append((span, n))
 
     def parts_at(self, start, end, level):
         """The parts of ``[start, end)`` at the first separator level from ``level`` on that cuts it, or None."""
@@ -503,8 +494,6 @@ class _CountingSplitter:
     def on_offsets(self, start, end, level):
         """``split_range`` from ``level`` on, on this range's own encoding: for one word over the budget (no
         separator left) and for ranges with too few token boundaries (see ``_Parts.sparse``)."""
-        from toolkit.chunking.base import Document
-
         sub = Document(self.text[start:end], self.document.tokenizer, "tokens", self.document.doc_id)
         separators = self.separators[level:]
         for span in split_range(sub, Span(0, end - start), self.budget, separators=separators, overlap=self.overlap):
