@@ -5,6 +5,8 @@ document's offsets, which every other strategy uses) gives, and exact counts aga
 from __future__ import annotations
 
 import importlib.metadata
+import platform
+import sys
 
 import pytest
 import tiktoken
@@ -85,6 +87,27 @@ def tiktoken_counter():
 def test_counting_path_with_the_tiktoken_engine(tiktoken_counter, text, size):
     counted, reference = both(text, f"recursive:{size}:0", tiktoken_counter)
     assert counted == reference
+
+
+@pytest.fixture(scope="module")
+def fastokens_counter():
+    """A cl100k counter on fastokens (what a process uses once it has chunked a few megabytes)."""
+    counter = Cl100kTokenizer()
+    counter.use_fastokens(tokens.load_fastokens(required=True))
+    return counter
+
+
+@pytest.mark.skipif(
+    sys.platform == "linux" and platform.machine() != "x86_64", reason="fastokens is not installed on this platform"
+)
+@settings(max_examples=200, deadline=None)
+@given(TEXTS, st.integers(1, 80), st.data())
+def test_counting_path_with_the_fastokens_engine(fastokens_counter, text, size, data):
+    overlap = data.draw(st.integers(0, size // 3))
+    counted, reference = both(text, f"recursive:{size}:{overlap}", fastokens_counter)
+    assert counted == reference
+    for start, end, n, _ in counted:
+        assert n == len(ENCODING.encode_ordinary(text[start:end]))
 
 
 @settings(max_examples=500, deadline=None)

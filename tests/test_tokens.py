@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import platform
 import socket
+import sys
 
 import pytest
 import tiktoken
@@ -112,32 +114,119 @@ def test_probe_ids_are_tiktokens():
     assert ENCODING.encode_ordinary(tokens.PROBE) == tokens.PROBE_IDS
 
 
-def test_the_default_install_counts_with_bpe_openai():
-    # bpe-openai is a dependency: a fresh install must get the faster engine, not silently fall back.
-    assert tokens.engine_name() == "bpe-openai"
-    assert default_tokenizer().engine == "bpe-openai"
+# Where pyproject.toml installs fastokens (it has no wheel for Linux on ARM).
+FASTOKENS_PLATFORM = sys.platform != "linux" or platform.machine() == "x86_64"
+needs_fastokens = pytest.mark.skipif(not FASTOKENS_PLATFORM, reason="fastokens is not installed on this platform")
+
+
+def test_the_default_install_has_both_fast_engines():
+    # bpe-openai and fastokens are dependencies: a fresh install must get them, not silently fall back.
+    assert tokens.fast_engine() is not None
+    assert (tokens.load_fastokens() is not None) == FASTOKENS_PLATFORM
+    # In auto mode a counter starts on the engine that loads at once.
+    assert tokens.Cl100kTokenizer().engine == "bpe-openai"
+
+
+@pytest.fixture(scope="module", params=["bpe-openai", pytest.param("fastokens", marks=needs_fastokens)])
+def counter(request):
+    """A cl100k counter on each fast engine (fastokens with bpe-openai for long texts)."""
+    counter = tokens.Cl100kTokenizer()
+    if request.param == "fastokens":
+        counter.use_fastokens(tokens.load_fastokens(required=True))
+    assert counter.engine == request.param
+    return counter
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.one_of(TEXTS, LINES))
-def test_bpe_openai_gives_tiktokens_ids(text):
-    engine = tokens.fast_engine()
-    assert list(engine.encode(text)) == ENCODING.encode_ordinary(text)
-    assert engine.count(text) == len(ENCODING.encode_ordinary(text))
+def test_each_engine_gives_tiktokens_ids(counter, text):
+    expected = ENCODING.encode_ordinary(text)
+    assert counter.encode(text) == expected
+    assert counter.count_uncached(text) == len(expected)
+    assert counter.count_till(text, len(expected)) == len(expected)
+    if expected:
+        assert counter.count_till(text, len(expected) - 1) is None
 
 
-def test_long_texts_from_installed_packages_give_tiktokens_ids():
+def test_long_texts_from_installed_packages_give_tiktokens_ids(counter):
     # Real text of every kind the tests can find offline: the METADATA of installed packages.
     import importlib.metadata
 
-    engine = tokens.fast_engine()
     checked = 0
     for dist in importlib.metadata.distributions():
         text = dist.read_text("METADATA") or ""
         if len(text) > 2000:
-            assert engine.count(text) == len(ENCODING.encode_ordinary(text)), dist.metadata["Name"]
+            assert counter.count_uncached(text) == len(ENCODING.encode_ordinary(text)), dist.metadata["Name"]
             checked += 1
     assert checked >= 20
+
+
+@needs_fastokens
+def test_fastokens_gets_no_text_over_its_length_limit():
+    # It slows down on single pieces of tens of thousands of characters; bpe-openai counts those.
+    engine = tokens.load_fastokens(required=True)
+    lengths = []
+
+    class Recording:
+        def encode_ordinary(self, text):
+            lengths.append(len(text))
+            return engine.encode_ordinary(text)
+
+    counter = tokens.Cl100kTokenizer()
+    counter.use_fastokens(Recording())
+    for text in ("a" * (tokens.FASTOKENS_MAX_CHARS + 1), "🙂" * 20_000, " " * 30_000 + "x", "hello world"):
+        expected = ENCODING.encode_ordinary(text)
+        assert counter.encode(text) == expected
+        assert counter.count_uncached(text) == len(expected)
+        assert counter.count_till(text, len(expected)) == len(expected)
+        assert counter.count_till(text, len(expected) - 1) is None
+    assert lengths and max(lengths) <= tokens.FASTOKENS_MAX_CHARS
+
+
+@needs_fastokens
+def test_auto_mode_loads_fastokens_once_enough_text_is_chunked(monkeypatch):
+    from toolkit.chunking import get_chunker
+
+    monkeypatch.setattr(tokens, "FASTOKENS_AFTER_CHARS", 1000)
+    counter = tokens.Cl100kTokenizer()
+    chunker = get_chunker("recursive:40:0", tokenizer=counter)
+    text = "Refunds are issued within 14 days of the return. O'Neil's naïve café 🙂 keeps receipts.\n\n" * 7
+    assert 500 < len(text) < 1000
+    first = [(c.start, c.end, c.token_count) for c in chunker.chunk(text, "d")]
+    assert counter.engine == "bpe-openai"
+    second = [(c.start, c.end, c.token_count) for c in chunker.chunk(text, "d")]
+    assert counter.engine == "fastokens"
+    assert first == second
+    assert all(n == len(ENCODING.encode_ordinary(text[a:b])) for a, b, n in second)
+
+
+@pytest.mark.parametrize("choice", ["bpe-openai", "tiktoken"])
+def test_forced_engines_never_load_fastokens(monkeypatch, choice):
+    from toolkit.chunking import get_chunker
+
+    monkeypatch.setenv(tokens.ENGINE_VARIABLE, choice)
+    monkeypatch.setattr(tokens, "FASTOKENS_AFTER_CHARS", 10)
+    tokens.fast_engine.cache_clear()
+    try:
+        counter = tokens.Cl100kTokenizer()
+        for _ in range(3):
+            get_chunker("recursive:40:0", tokenizer=counter).chunk("Some text to chunk, twice over. " * 5, "d")
+        assert counter.engine == choice
+    finally:
+        tokens.fast_engine.cache_clear()
+
+
+@needs_fastokens
+def test_fastokens_can_be_forced(monkeypatch):
+    monkeypatch.setenv(tokens.ENGINE_VARIABLE, "fastokens")
+    tokens.fast_engine.cache_clear()
+    try:
+        counter = tokens.Cl100kTokenizer()
+        assert counter.engine == "fastokens"
+        text = "Refunds are issued within 14 days.\n\n## Timeline\nO'Neil's naïve café 🙂"
+        assert counter.span_counter(text).count(8, len(text)) == len(ENCODING.encode_ordinary(text[8:]))
+    finally:
+        tokens.fast_engine.cache_clear()
 
 
 def test_the_engine_can_be_forced_to_tiktoken(monkeypatch):
@@ -169,11 +258,12 @@ def test_resync_search_with_find_matches_the_regex_definition(text, data):
     assert tokens._last_resync_between(text, begin, end) == (matches[-1] if matches else None)
 
 
-def test_lone_surrogates_count_as_tiktoken_counts_them_and_chunking_refuses_them():
+def test_lone_surrogates_count_as_tiktoken_counts_them_and_chunking_refuses_them(counter):
     from toolkit.chunking import get_chunker
 
     text = "caf\ud800 au lait"
     assert count_tokens(text) == len(ENCODING.encode_ordinary(text))
-    assert default_tokenizer().encode(text) == ENCODING.encode_ordinary(text)
+    assert counter.count(text) == len(ENCODING.encode_ordinary(text))
+    assert counter.encode(text) == ENCODING.encode_ordinary(text)
     with pytest.raises(InputError, match="lone surrogate"):
-        get_chunker("recursive:50:0").chunk(text * 20, "notes.md")
+        get_chunker("recursive:50:0", tokenizer=counter).chunk(text * 20, "notes.md")

