@@ -139,3 +139,18 @@ def make_model(conn):
         return alias
 
     return make
+
+
+def fastokens_installed_here() -> bool:
+    """Whether pyproject.toml installs fastokens on this platform (its marker lists where it has wheels)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as file:
+        dependencies = tomllib.load(file)["project"]["dependencies"]
+    requirement = next(Requirement(d) for d in dependencies if Requirement(d).name == "fastokens")
+    return requirement.marker is None or requirement.marker.evaluate()
+
+
+needs_fastokens = pytest.mark.skipif(not fastokens_installed_here(), reason="fastokens is not installed here")

@@ -5,11 +5,10 @@ document's offsets, which every other strategy uses) gives, and exact counts aga
 from __future__ import annotations
 
 import importlib.metadata
-import platform
-import sys
 
 import pytest
 import tiktoken
+from conftest import needs_fastokens
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,11 +72,7 @@ def test_counting_path_gives_the_reference_chunks_on_installed_readmes(spec):
 @pytest.fixture(scope="module")
 def tiktoken_counter():
     """A cl100k counter on the tiktoken engine (the fallback when bpe-openai is missing or differs)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(tokens.ENGINE_VARIABLE, "tiktoken")
-        tokens.fast_engine.cache_clear()
-        counter = Cl100kTokenizer()
-    tokens.fast_engine.cache_clear()
+    counter = Cl100kTokenizer(engine="tiktoken")
     assert counter.engine == "tiktoken"
     return counter
 
@@ -97,9 +92,7 @@ def fastokens_counter():
     return counter
 
 
-@pytest.mark.skipif(
-    sys.platform == "linux" and platform.machine() != "x86_64", reason="fastokens is not installed on this platform"
-)
+@needs_fastokens
 @settings(max_examples=200, deadline=None)
 @given(TEXTS, st.integers(1, 80), st.data())
 def test_counting_path_with_the_fastokens_engine(fastokens_counter, text, size, data):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import platform
 import socket
-import sys
 
 import pytest
 import tiktoken
+from conftest import fastokens_installed_here, needs_fastokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,15 +113,10 @@ def test_probe_ids_are_tiktokens():
     assert ENCODING.encode_ordinary(tokens.PROBE) == tokens.PROBE_IDS
 
 
-# Where pyproject.toml installs fastokens (it has no wheel for Linux on ARM).
-FASTOKENS_PLATFORM = sys.platform != "linux" or platform.machine() == "x86_64"
-needs_fastokens = pytest.mark.skipif(not FASTOKENS_PLATFORM, reason="fastokens is not installed on this platform")
-
-
 def test_the_default_install_has_both_fast_engines():
     # bpe-openai and fastokens are dependencies: a fresh install must get them, not silently fall back.
     assert tokens.fast_engine() is not None
-    assert (tokens.load_fastokens() is not None) == FASTOKENS_PLATFORM
+    assert (tokens.load_fastokens() is not None) == fastokens_installed_here()
     # In auto mode a counter starts on the engine that loads at once.
     assert tokens.Cl100kTokenizer().engine == "bpe-openai"
 
@@ -206,43 +200,54 @@ def test_forced_engines_never_load_fastokens(monkeypatch, choice):
 
     monkeypatch.setenv(tokens.ENGINE_VARIABLE, choice)
     monkeypatch.setattr(tokens, "FASTOKENS_AFTER_CHARS", 10)
-    tokens.fast_engine.cache_clear()
-    try:
-        counter = tokens.Cl100kTokenizer()
-        for _ in range(3):
-            get_chunker("recursive:40:0", tokenizer=counter).chunk("Some text to chunk, twice over. " * 5, "d")
-        assert counter.engine == choice
-    finally:
-        tokens.fast_engine.cache_clear()
+    counter = tokens.Cl100kTokenizer()
+    for _ in range(3):
+        get_chunker("recursive:40:0", tokenizer=counter).chunk("Some text to chunk, twice over. " * 5, "d")
+    assert counter.engine == choice
 
 
-@needs_fastokens
-def test_fastokens_can_be_forced(monkeypatch):
-    monkeypatch.setenv(tokens.ENGINE_VARIABLE, "fastokens")
-    tokens.fast_engine.cache_clear()
-    try:
-        counter = tokens.Cl100kTokenizer()
-        assert counter.engine == "fastokens"
-        text = "Refunds are issued within 14 days.\n\n## Timeline\nO'Neil's naïve café 🙂"
-        assert counter.span_counter(text).count(8, len(text)) == len(ENCODING.encode_ordinary(text[8:]))
-    finally:
-        tokens.fast_engine.cache_clear()
+@pytest.mark.parametrize("choice", [pytest.param("fastokens", marks=needs_fastokens), "bpe-openai", "tiktoken"])
+def test_an_engine_can_be_forced(monkeypatch, choice):
+    monkeypatch.setenv(tokens.ENGINE_VARIABLE, choice)
+    counter = tokens.Cl100kTokenizer()
+    assert counter.engine == choice
+    text = "Refunds are issued within 14 days.\n\n## Timeline\nO'Neil's naïve café 🙂"
+    assert counter.count(text) == len(ENCODING.encode_ordinary(text))
+    assert counter.span_counter(text).count(8, len(text)) == len(ENCODING.encode_ordinary(text[8:]))
 
 
-def test_the_engine_can_be_forced_to_tiktoken(monkeypatch):
+def test_an_unknown_engine_is_refused(monkeypatch):
+    monkeypatch.setenv(tokens.ENGINE_VARIABLE, "fastest")
+    with pytest.raises(InputError, match="TOOLKIT_TOKENIZER is 'fastest'; set it to one of auto, fastokens"):
+        tokens.Cl100kTokenizer()
+
+
+def test_the_engine_argument_overrides_the_variable(monkeypatch):
     monkeypatch.setenv(tokens.ENGINE_VARIABLE, "tiktoken")
+    assert tokens.Cl100kTokenizer(engine=" BPE-OpenAI ").engine == "bpe-openai"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        tokens.Cl100kTokenizer(engine="fastest")
+
+
+def test_an_engine_asked_for_but_unusable_is_a_clear_error(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    # As if the packages were missing.
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("tiktoken_ext", "bpe_openai")
+                        else find_spec(name, *a))  # fmt: skip
     tokens.fast_engine.cache_clear()
     try:
-        counter = tokens.Cl100kTokenizer()
+        with pytest.raises(InputError, match=r"The fastokens engine was asked for .* cannot be used: .*pip install"):
+            tokens.Cl100kTokenizer(engine="fastokens")
+        with pytest.raises(InputError, match=r"The bpe-openai engine was asked for .* not installed"):
+            tokens.Cl100kTokenizer(engine="bpe-openai")
+        # Under auto, the counter falls back to tiktoken and still counts exactly.
+        counter = tokens.Cl100kTokenizer(engine="auto")
         assert counter.engine == "tiktoken"
-        text = "Refunds are issued within 14 days.\n\n## Timeline\nO'Neil's naïve café 🙂"
-        assert counter.count(text) == len(ENCODING.encode_ordinary(text))
-        assert counter.span_counter(text).count(8, len(text)) == len(ENCODING.encode_ordinary(text[8:]))
-        monkeypatch.setenv(tokens.ENGINE_VARIABLE, "fastest")
-        tokens.fast_engine.cache_clear()
-        with pytest.raises(InputError, match="TOOLKIT_TOKENIZER is 'fastest'"):
-            tokens.fast_engine()
+        assert counter.count("naïve café 🙂") == len(ENCODING.encode_ordinary("naïve café 🙂"))
     finally:
+        monkeypatch.undo()
         tokens.fast_engine.cache_clear()
 
 

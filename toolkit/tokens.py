@@ -3,15 +3,17 @@
 Three engines give the same token ids, and each is used only after reproducing tiktoken's ids on a probe text:
 
 - **tiktoken** (from the offline copy): the reference, and what ``get_tokenizer`` returns;
-- **bpe-openai** (the Rust ``bpe-openai`` crate): loads in a few milliseconds, counts about 1.8 times as fast as
+- **bpe-openai** (the Rust ``bpe-openai`` crate): loads in a few milliseconds, counts about twice as fast as
   tiktoken, in linear time on any input, and stops counting past a limit;
-- **fastokens**: counts ordinary text about 5 times as fast again, but takes about 0.6 s to load and slows down on
-  single pieces of tens of thousands of characters (a run of one letter, say), so it gets texts of up to
-  ``FASTOKENS_MAX_CHARS`` characters and the others stay with bpe-openai.
+- **fastokens**: counts ordinary text three to four times as fast again, but takes about 0.6 s (and about 90 MB) to
+  load, and is slow on single pieces of a thousand characters or more (a run of one letter, say), so it gets texts
+  of up to ``FASTOKENS_MAX_CHARS`` characters and the others stay with bpe-openai.
 
-``TOOLKIT_TOKENIZER`` chooses: ``auto`` (the default) starts on bpe-openai and loads fastokens once the process has
-chunked ``FASTOKENS_AFTER_CHARS`` characters, so a small job does not pay the load and a large one gets the faster
-engine; ``fastokens`` loads it at once; ``bpe-openai`` never loads it; ``tiktoken`` uses tiktoken alone.
+``TOOLKIT_TOKENIZER`` (or ``Cl100kTokenizer(engine=...)``) chooses: ``auto`` (the default) starts on bpe-openai and
+loads fastokens once the counter's chunkers have taken ``FASTOKENS_AFTER_CHARS`` characters, so a small job does not
+pay the load and a large one gets the faster engine; ``fastokens`` loads it at once; ``bpe-openai`` never loads it;
+``tiktoken`` uses tiktoken alone. An engine that is named but cannot be used is an error; under ``auto`` the
+counter falls back (fastokens, then bpe-openai, then tiktoken).
 
 A document is encoded once and the character offset of every token is kept, so the exact token count of
 any span is a difference of token indexes plus a recount of its two edges (see ``SpanCounter``). Another
@@ -49,12 +51,14 @@ PROBE_IDS = [
 ]  # fmt: skip
 ENGINE_VARIABLE = "TOOLKIT_TOKENIZER"
 ENGINES = ("auto", "fastokens", "bpe-openai", "tiktoken")
-# fastokens counts texts up to this length; longer ones go to bpe-openai (measured in docs/benchmarks.md: at 20,000
-# characters of one letter fastokens takes 12 ns a character and bpe-openai 9; at 100,000, 71 and 10).
+# fastokens counts texts up to this length; longer ones go to bpe-openai. fastokens is slow on single long pieces
+# (first calls on one letter repeated: about 60-120 ns a character from 1,000 characters on, bpe-openai 10-13), so
+# this bounds such a call at about 2 ms; ordinary text of this length takes it about 0.1 ms.
 FASTOKENS_MAX_CHARS = 16_384
-# In auto mode, fastokens (0.6 s to load) is loaded once the process has chunked this many characters: about where
-# its speed has paid for its load.
-FASTOKENS_AFTER_CHARS = 4_000_000
+# In auto mode, fastokens is loaded once the counter's chunkers have taken this many characters: about where its
+# speed pays for its 0.6 s load in `recursive` (it saves about 30 ns a character there, and 0.6 s / 30 ns is 20
+# million), so that no job pays much more than twice what the better choice of engine would have cost it.
+FASTOKENS_AFTER_CHARS = 20_000_000
 log = logging.getLogger(__name__)
 
 
@@ -105,24 +109,22 @@ def engine_choice() -> str:
     return choice
 
 
-def _engine_failed(name: str, error: BaseException, required: bool) -> None:
-    if required:
-        from toolkit.errors import InputError
+def _asked_for(name: str, error: BaseException | str):
+    from toolkit.errors import InputError
 
-        raise InputError(f"{ENGINE_VARIABLE}={name}, but it cannot be used: {error}") from error
-    log.debug("%s not used (%s)", name, error)
+    return InputError(
+        f"The {name} engine was asked for (TOOLKIT_TOKENIZER or engine=) but cannot be used: {error}; install it "
+        f"(pip install {name}) or leave the choice to auto."
+    )
 
 
 @functools.lru_cache(maxsize=1)
-def fast_engine():
-    """The ``bpe-openai`` cl100k encoder (``encode``/``count``/``count_till_limit``), or None to use tiktoken.
+def _bpe_openai():
+    """(the ``bpe-openai`` cl100k encoder, None) or (None, why it cannot be used).
 
     Only the package's compiled module is loaded: the package itself builds tables for every encoding it
     knows when imported (0.8 s), and none of them is needed here.
     """
-    choice = engine_choice()
-    if choice == "tiktoken":
-        return None
     try:
         import importlib.machinery
         import importlib.util
@@ -146,10 +148,19 @@ def fast_engine():
             raise ValueError("its ids differ from tiktoken's on the probe text")
     except (KeyboardInterrupt, SystemExit):
         raise
-    except BaseException as error:  # any failure (a Rust panic included) means the reference engine
-        _engine_failed("bpe-openai", error, choice == "bpe-openai")
-        return None
-    return engine
+    except BaseException as error:  # any failure (a Rust panic included) means another engine
+        log.debug("bpe-openai not used (%s)", error)
+        return None, error
+    return engine, None
+
+
+def fast_engine():
+    """The ``bpe-openai`` cl100k encoder (``encode``/``count``/``count_till_limit``), or None if it cannot be used
+    (loaded once; whatever ``TOOLKIT_TOKENIZER`` says)."""
+    return _bpe_openai()[0]
+
+
+fast_engine.cache_clear = _bpe_openai.cache_clear
 
 
 def load_fastokens(required: bool = False):
@@ -159,9 +170,6 @@ def load_fastokens(required: bool = False):
     try:
         import importlib.util
 
-        # fastokens starts worker threads on long inputs by default: three times the CPU for the same count on two
-        # cores, and a library should not start threads unasked. The user's own setting is kept.
-        os.environ.setdefault("FASTOKENS_BPE_THREADS", "1")
         from fastokens._native import Tokenizer
 
         spec = importlib.util.find_spec("tiktoken_ext")
@@ -176,7 +184,9 @@ def load_fastokens(required: bool = False):
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:
-        _engine_failed("fastokens", error, required)
+        if required:
+            raise _asked_for("fastokens", error) from error
+        log.debug("fastokens not used (%s)", error)
         return None
     return engine
 
@@ -206,10 +216,12 @@ class Cl100kTokenizer:
     def __init__(self, engine: str | None = None):
         """``engine``: one of ``ENGINES``, as ``TOOLKIT_TOKENIZER`` (which is read when it is None)."""
         self._encoding = get_tokenizer()
-        choice = engine_choice() if engine is None else engine
+        choice = engine_choice() if engine is None else str(engine).strip().lower()
         if choice not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {choice!r}")
-        engine = fast_engine() if choice != "tiktoken" else None
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        engine, error = _bpe_openai() if choice != "tiktoken" else (None, None)
+        if choice == "bpe-openai" and engine is None:
+            raise _asked_for("bpe-openai", error)
         if engine is not None:
             self._encode = engine.encode
             self._count = engine.count
@@ -230,8 +242,9 @@ class Cl100kTokenizer:
             self.use_fastokens(load_fastokens(required=True))
 
     def chunking(self, length: int) -> None:
-        """Told of each document a chunker takes (its length in characters): in auto mode, fastokens is loaded once
-        the process has chunked ``FASTOKENS_AFTER_CHARS`` characters."""
+        """Told of each document a chunker takes (its length in characters): in auto mode, fastokens is loaded (a
+        pause of about 0.6 s in that call) once this counter's chunkers have taken ``FASTOKENS_AFTER_CHARS``
+        characters. Every chunker shares the default counter, so that is a count for the whole process."""
         if self._until_fastokens is not None:
             self._until_fastokens -= length
             if self._until_fastokens <= 0:
