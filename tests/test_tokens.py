@@ -236,7 +236,7 @@ def test_an_engine_asked_for_but_unusable_is_a_clear_error(monkeypatch):
     # As if the packages were missing.
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("tiktoken_ext", "bpe_openai")
                         else find_spec(name, *a))  # fmt: skip
-    tokens.fast_engine.cache_clear()
+    tokens._bpe_openai.cache_clear()
     try:
         with pytest.raises(InputError, match=r"The fastokens engine was asked for .* cannot be used: .*pip install"):
             tokens.Cl100kTokenizer(engine="fastokens")
@@ -248,7 +248,7 @@ def test_an_engine_asked_for_but_unusable_is_a_clear_error(monkeypatch):
         assert counter.count("naïve café 🙂") == len(ENCODING.encode_ordinary("naïve café 🙂"))
     finally:
         monkeypatch.undo()
-        tokens.fast_engine.cache_clear()
+        tokens._bpe_openai.cache_clear()
 
 
 @settings(max_examples=500, deadline=None)

