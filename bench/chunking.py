@@ -463,19 +463,17 @@ def _explain(rows: list[dict], machine: dict) -> list[str]:
         f"The toolkit counts with {machine['engine']} in these rounds (the same ids as tiktoken, checked against it "
         "when loaded and in the tests). A process starts on bpe-openai, which loads in milliseconds, and loads "
         "fastokens (about 0.6 s) once it has chunked 20 million characters; each round here gets a newly loaded one "
-        "(outside the timing, like imports), so its caches hold nothing of the corpus. Texts over 16,384 characters "
-        "stay with bpe-openai, which is linear on any input "
-        "and stops counting past a limit. `recursive` gives the engine each paragraph once (long paragraphs line by "
-        "line), so its floor is about the engine's count of each paragraph; the other strategies encode each "
-        "document once and "
-        "keep the character offset of every token, so their floor is `encode` (bpe-openai's, for documents over "
-        "16,384 characters), and `markdown` also pays for its block scan (a line scanner that replays markdown-it's "
-        "block rules, about three times as fast as markdown-it itself). The peers are given tiktoken, as the "
-        'issue\'s "same tokenizer" asks; the engine-matched rows show what the two fastest peers gain from the '
-        "toolkit's counter, so the share of each lead that is the engine's can be read off. fastokens counts whole "
-        "documents more slowly than paragraphs: it is slow on single pieces of a thousand characters or more, and "
-        "one long document of this corpus (141,480 characters) takes most of its time; documents that long go to "
-        "bpe-openai in the toolkit.",
+        "(outside the timing, like imports), so its caches hold nothing of the corpus. It gets texts of over 16,384 "
+        "characters in slices cut at line starts (a stretch with none goes to bpe-openai). `recursive` gives the "
+        "engine each paragraph once (long paragraphs line by line), so its floor is about the engine's count of each "
+        "paragraph; the other strategies encode each document once and keep the character offset of every token, "
+        "so their floor is `encode`, and `markdown` also pays for its block scan (a line scanner that replays "
+        "markdown-it's block rules, about three times as fast as markdown-it itself). The peers are given tiktoken, "
+        'as the issue\'s "same tokenizer" asks; the engine-matched rows show what the two fastest peers gain from '
+        "the toolkit's counter, so the share of each lead that is the engine's can be read off. fastokens' floor "
+        "counts each whole document in one call, more slowly than by paragraph: it is slow on single pieces of a "
+        "thousand characters or more, and one long document of this corpus (141,480 characters) takes most of its "
+        "time.",
     ]
     chonkie, ours = by_name.get("chonkie RecursiveChunker"), by_name.get("toolkit recursive")
     if count and chonkie and ours:

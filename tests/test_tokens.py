@@ -157,7 +157,8 @@ def test_long_texts_from_installed_packages_give_tiktokens_ids(counter):
 
 @needs_fastokens
 def test_fastokens_gets_no_text_over_its_length_limit():
-    # It slows down on single pieces of tens of thousands of characters; bpe-openai counts those.
+    # It is slow on long single pieces: a text over the limit goes to it in slices cut at token boundaries, and a
+    # stretch with no such boundary goes to bpe-openai.
     engine = tokens.load_fastokens(required=True)
     lengths = []
 
@@ -175,6 +176,49 @@ def test_fastokens_gets_no_text_over_its_length_limit():
         assert counter.count_till(text, len(expected)) == len(expected)
         assert counter.count_till(text, len(expected) - 1) is None
     assert lengths and max(lengths) <= tokens.FASTOKENS_MAX_CHARS
+    lengths.clear()
+    lines = "".join(f"Line {i}: refunds are issued within 14 days, naïve café 🙂.\n" for i in range(2000))
+    assert len(lines) > 5 * tokens.FASTOKENS_MAX_CHARS
+    assert counter.encode(lines) == ENCODING.encode_ordinary(lines)
+    assert sum(lengths) == len(lines) and max(lengths) <= tokens.FASTOKENS_MAX_CHARS
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(TEXTS, LINES), min_size=1, max_size=6).map("\n".join), st.integers(1, 40))
+def test_slices_are_cut_at_token_boundaries(text, size):
+    slices = list(tokens._slices(text, size))
+    if not text:
+        assert slices == []
+        return
+    assert [s for s, _, _ in slices] == [0, *[e for _, e, _ in slices[:-1]]] and slices[-1][1] == len(text)
+    for start, end, short in slices:
+        assert end > start and (end - start <= size if short else end - start > size)
+        if end < len(text):
+            assert text[end - 1] == "\n" and not text[end].isspace()
+    # The real property: the slices' tokens are the text's.
+    assert sum(len(ENCODING.encode_ordinary(text[s:e])) for s, e, _ in slices) == len(ENCODING.encode_ordinary(text))
+
+
+@pytest.fixture(scope="module")
+def slicing_counter():
+    """A fastokens counter with a small length limit, so that generated texts go through the slicing."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tokens, "FASTOKENS_MAX_CHARS", 24)
+        counter = tokens.Cl100kTokenizer()
+        counter.use_fastokens(tokens.load_fastokens(required=True))
+    return counter
+
+
+@needs_fastokens
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(TEXTS, LINES), min_size=1, max_size=6).map("\n".join))
+def test_sliced_counts_give_tiktokens_ids(slicing_counter, text):
+    expected = ENCODING.encode_ordinary(text)
+    assert slicing_counter.encode(text) == expected
+    assert slicing_counter.count_uncached(text) == len(expected)
+    assert slicing_counter.count_till(text, len(expected)) == len(expected)
+    if expected:
+        assert slicing_counter.count_till(text, len(expected) - 1) is None
 
 
 @needs_fastokens

@@ -6,8 +6,9 @@ Three engines give the same token ids, and each is used only after reproducing t
 - **bpe-openai** (the Rust ``bpe-openai`` crate): loads in a few milliseconds, counts about twice as fast as
   tiktoken, in linear time on any input, and stops counting past a limit;
 - **fastokens**: counts ordinary text three to four times as fast again, but takes about 0.6 s (and about 90 MB) to
-  load, and is slow on single pieces of a thousand characters or more (a run of one letter, say), so it gets texts
-  of up to ``FASTOKENS_MAX_CHARS`` characters and the others stay with bpe-openai.
+  load, and is slow on single pieces of a thousand characters or more (a run of one letter, say), so it gets slices
+  of at most ``FASTOKENS_MAX_CHARS`` characters cut at token boundaries, and bpe-openai gets longer stretches
+  without one.
 
 ``TOOLKIT_TOKENIZER`` (or ``Cl100kTokenizer(engine=...)``) chooses: ``auto`` (the default) starts on bpe-openai and
 loads fastokens once the counter's chunkers have taken ``FASTOKENS_AFTER_CHARS`` characters, so a small job does not
@@ -51,9 +52,10 @@ PROBE_IDS = [
 ]  # fmt: skip
 ENGINE_VARIABLE = "TOOLKIT_TOKENIZER"
 ENGINES = ("auto", "fastokens", "bpe-openai", "tiktoken")
-# fastokens counts texts up to this length; longer ones go to bpe-openai. fastokens is slow on single long pieces
-# (first calls on one letter repeated: about 60-120 ns a character from 1,000 characters on, bpe-openai 10-13), so
-# this bounds such a call at about 2 ms; ordinary text of this length takes it about 0.1 ms.
+# fastokens gets texts of at most this length (longer ones in slices, see _slices). It is slow on single long pieces
+# (first calls on one letter repeated: about 60-120 ns a character from 1,000 characters on, bpe-openai 10-13, and
+# superlinear beyond: 5 million took 2 s), so this bounds its pieces, and such a call at about 2 ms; ordinary text of
+# this length takes it about 0.1 ms.
 FASTOKENS_MAX_CHARS = 16_384
 # In auto mode, fastokens is loaded once the counter's chunkers have taken this many characters: about where its
 # speed pays for its 0.6 s load in `recursive` (it saves about 30 ns a character there, and 0.6 s / 30 ns is 20
@@ -251,8 +253,9 @@ class Cl100kTokenizer:
                     self.use_fastokens(engine)
 
     def use_fastokens(self, engine) -> None:
-        """Count texts of up to ``FASTOKENS_MAX_CHARS`` characters with ``engine`` (from ``load_fastokens``); longer
-        ones stay with the engine used so far (bpe-openai: linear time, and it stops past a limit)."""
+        """Count with ``engine`` (from ``load_fastokens``): texts of up to ``FASTOKENS_MAX_CHARS`` characters whole,
+        longer ones in slices cut at token boundaries; a longer stretch without one goes to the engine used so far
+        (bpe-openai: linear time, and it stops past a limit)."""
         if engine is None:
             return
         self._until_fastokens = None
@@ -262,17 +265,36 @@ class Cl100kTokenizer:
         if self.engine == "fastokens":  # a new fastokens engine for the same long-text engine
             long_encode, long_count, long_till = self._long
 
+        # A longer text is cut at token boundaries into slices of at most `short` characters for fastokens; a stretch
+        # with no boundary for longer than that goes to the long-text engine whole (see _slices).
         def encode(text):
-            return encode_ordinary(text).ids if len(text) <= short else long_encode(text)
+            if len(text) <= short:
+                return encode_ordinary(text).ids
+            ids = []
+            for start, end, fits in _slices(text, short):
+                ids += encode_ordinary(text[start:end]).ids if fits else long_encode(text[start:end])
+            return ids
 
         def count(text):
-            return len(encode_ordinary(text)) if len(text) <= short else long_count(text)
+            if len(text) <= short:
+                return len(encode_ordinary(text))
+            return sum(
+                len(encode_ordinary(text[start:end])) if fits else long_count(text[start:end])
+                for start, end, fits in _slices(text, short)
+            )
 
         def count_till(text, limit):
-            if len(text) > short:
-                return long_till(text, limit)
-            n = len(encode_ordinary(text))
-            return n if n <= limit else None
+            if len(text) <= short:
+                n = len(encode_ordinary(text))
+                return n if n <= limit else None
+            n = 0
+            for start, end, fits in _slices(text, short):
+                piece = text[start:end]
+                m = len(encode_ordinary(piece)) if fits else long_till(piece, limit - n)
+                if m is None or n + m > limit:
+                    return None
+                n += m
+            return n
 
         self._long = (long_encode, long_count, long_till)
         self._encode = encode
@@ -369,6 +391,33 @@ class SpanCounter:
     def token_index(self, position: int) -> int:
         """How many document tokens start before ``position`` (``estimate`` is a difference of two)."""
         return bisect_left(self._offsets, position)
+
+
+def _slices(text: str, size: int):
+    """(start, end, short) for consecutive slices of ``text``, cut just after a line break that is followed by a
+    non-whitespace character (a resynchronisation point, so the slices' tokens are the text's): each ``short``
+    slice is at most ``size`` characters; where no such cut lies within ``size`` characters, the slice runs to the
+    next one and is not short."""
+    n = len(text)
+    start = 0
+    while n - start > size:
+        cut = text.rfind("\n", start, start + size)  # the slice would end just after it
+        while cut > start and text[cut + 1].isspace():
+            cut = text.rfind("\n", start, cut)
+        if cut > start:
+            yield start, cut + 1, True
+            start = cut + 1
+            continue
+        cut = start + size - 1
+        while True:
+            cut = text.find("\n", cut + 1, n - 1)
+            if cut < 0 or not text[cut + 1].isspace():
+                break
+        end = n if cut < 0 else cut + 1
+        yield start, end, False
+        start = end
+    if start < n:
+        yield start, n, True
 
 
 def _first_resync(text: str, start: int, end: int) -> int | None:
