@@ -85,21 +85,29 @@ def warm_up_corpus(max_bytes: int = 500_000) -> list[str]:
     return texts
 
 
-def exact_offsets(text: str, pieces: list[tuple[int | None, str]]) -> str:
-    """How a peer's chunks map back to the source: 'given' (its own offsets are exact), 'by search' (no
-    offsets, but each chunk is found verbatim, in order), or 'no' with the share that cannot be found."""
-    if all(start is not None for start, _ in pieces):
-        if all(text[start : start + len(body)] == body for start, body in pieces):
-            return "given"
-        return "given, wrong"
-    position, missing = 0, 0
-    for _, body in pieces:
-        found = text.find(body, max(0, position - len(body)))
-        if found < 0:
-            missing += 1
-        else:
-            position = found + len(body)
-    return "by search" if not missing else f"no ({missing / max(1, len(pieces)):.0%} not in the text)"
+def exact_offsets(texts: list[str], pieces: list[list[tuple[int | None, str]]]) -> str:
+    """How a peer's chunks map back to the sources: 'given' (its own offsets are exact), 'by search' (no offsets,
+    but each chunk is found verbatim, in order), or 'no' / 'given, wrong' with the share of all chunks that cannot
+    be found / whose offsets are wrong."""
+    wrong = missing = total = 0
+    given = True
+    for text, chunks in zip(texts, pieces, strict=True):
+        total += len(chunks)
+        if chunks and all(start is not None for start, _ in chunks):
+            wrong += sum(text[start : start + len(body)] != body for start, body in chunks)
+            continue
+        given = given and not chunks
+        position = 0
+        for _, body in chunks:
+            found = text.find(body, max(0, position - len(body)))
+            if found < 0:
+                missing += 1
+            else:
+                position = found + len(body)
+    share = f"{(wrong or missing) / max(1, total):.0%} of the chunks"
+    if given:
+        return f"given, wrong ({share})" if wrong else "given"
+    return f"no ({share} not in the text)" if missing else "by search"
 
 
 class _EngineAsTiktoken:
@@ -294,7 +302,6 @@ def run(repeats: int) -> tuple[list[dict], dict]:
             warm[name].append(timed(lambda chunk=chunk: [chunk(t) for t in texts])[0])
     rows = []
     for name in names:
-        offsets = {exact_offsets(t, p) for t, p in zip(texts, pieces[name], strict=True)}
         rows.append(
             {
                 "name": name,
@@ -304,7 +311,7 @@ def run(repeats: int) -> tuple[list[dict], dict]:
                 "warm_runs": [megabytes / t for t in warm[name]],
                 "chunks": sum(map(len, pieces[name])),
                 "max_tokens": max(len(encoding.encode_ordinary(x)) for p in pieces[name] for _, x in p),
-                "offsets": sorted(offsets, key=len)[-1] if len(offsets) > 1 else offsets.pop(),
+                "offsets": exact_offsets(texts, pieces[name]),
                 "notes": notes[name],
             }
         )

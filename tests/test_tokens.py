@@ -121,18 +121,26 @@ def test_the_default_install_has_both_fast_engines():
     assert tokens.Cl100kTokenizer().engine == "bpe-openai"
 
 
-@pytest.fixture(scope="module", params=["bpe-openai", pytest.param("fastokens", marks=needs_fastokens)])
+@pytest.fixture(
+    scope="module",
+    params=["bpe-openai", pytest.param("fastokens", marks=needs_fastokens),
+            pytest.param("fastokens in slices", marks=needs_fastokens)],
+)  # fmt: skip
 def counter(request):
-    """A cl100k counter on each fast engine (fastokens with bpe-openai for long texts)."""
+    """A cl100k counter on each fast engine; "in slices" with a length limit so small that generated texts go to
+    fastokens in slices (see tokens._slices)."""
     counter = tokens.Cl100kTokenizer()
-    if request.param == "fastokens":
-        counter.use_fastokens(tokens.load_fastokens(required=True))
-    assert counter.engine == request.param
+    if request.param.startswith("fastokens"):
+        with pytest.MonkeyPatch.context() as patch:
+            if request.param == "fastokens in slices":
+                patch.setattr(tokens, "FASTOKENS_MAX_CHARS", 24)
+            counter.use_fastokens(tokens.load_fastokens(required=True))
+    assert counter.engine == request.param.split()[0]
     return counter
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.one_of(TEXTS, LINES))
+@given(st.one_of(TEXTS, LINES, st.lists(st.one_of(TEXTS, LINES), min_size=2, max_size=6).map("\n".join)))
 def test_each_engine_gives_tiktokens_ids(counter, text):
     expected = ENCODING.encode_ordinary(text)
     assert counter.encode(text) == expected
@@ -197,28 +205,6 @@ def test_slices_are_cut_at_token_boundaries(text, size):
             assert text[end - 1] == "\n" and not text[end].isspace()
     # The real property: the slices' tokens are the text's.
     assert sum(len(ENCODING.encode_ordinary(text[s:e])) for s, e, _ in slices) == len(ENCODING.encode_ordinary(text))
-
-
-@pytest.fixture(scope="module")
-def slicing_counter():
-    """A fastokens counter with a small length limit, so that generated texts go through the slicing."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(tokens, "FASTOKENS_MAX_CHARS", 24)
-        counter = tokens.Cl100kTokenizer()
-        counter.use_fastokens(tokens.load_fastokens(required=True))
-    return counter
-
-
-@needs_fastokens
-@settings(max_examples=500, deadline=None)
-@given(st.lists(st.one_of(TEXTS, LINES), min_size=1, max_size=6).map("\n".join))
-def test_sliced_counts_give_tiktokens_ids(slicing_counter, text):
-    expected = ENCODING.encode_ordinary(text)
-    assert slicing_counter.encode(text) == expected
-    assert slicing_counter.count_uncached(text) == len(expected)
-    assert slicing_counter.count_till(text, len(expected)) == len(expected)
-    if expected:
-        assert slicing_counter.count_till(text, len(expected) - 1) is None
 
 
 @needs_fastokens
