@@ -104,7 +104,8 @@ def exact_offsets(texts: list[str], pieces: list[list[tuple[int | None, str]]]) 
                 missing += 1
             else:
                 position = found + len(body)
-    share = f"{(wrong or missing) / max(1, total):.0%} of the chunks"
+    fraction = (wrong or missing) / max(1, total)
+    share = f"{fraction:.1%} of the chunks" if fraction < 0.01 else f"{fraction:.0%} of the chunks"
     if given:
         return f"given, wrong ({share})" if wrong else "given"
     return f"no ({share} not in the text)" if missing else "by search"

@@ -86,7 +86,7 @@ def test_counting_path_with_the_tiktoken_engine(tiktoken_counter, text, size):
 
 @pytest.fixture(scope="module")
 def fastokens_counter():
-    """A cl100k counter on fastokens (what a process uses once it has chunked a few megabytes)."""
+    """A cl100k counter on fastokens (what a process uses once it has chunked 20 million characters)."""
     counter = Cl100kTokenizer()
     counter.use_fastokens(tokens.load_fastokens(required=True))
     return counter
