@@ -393,6 +393,12 @@ class SpanCounter:
         return bisect_left(self._offsets, position)
 
 
+# A line break followed by a non-whitespace character (Python's \S is exactly "not str.isspace()"); the last one
+# in a range, and the next one from a position: the cuts of _slices, found in C rather than a line at a time.
+_NEXT_CUT = re.compile(r"\n(?=\S)")
+_LAST_CUT = re.compile(r"(?s:.*)\n(?=\S)")
+
+
 def _slices(text: str, size: int):
     """(start, end, short) for consecutive slices of ``text``, cut just after a line break that is followed by a
     non-whitespace character (a resynchronisation point, so the slices' tokens are the text's): each ``short``
@@ -401,19 +407,14 @@ def _slices(text: str, size: int):
     n = len(text)
     start = 0
     while n - start > size:
-        cut = text.rfind("\n", start, start + size)  # the slice would end just after it
-        while cut > start and text[cut + 1].isspace():
-            cut = text.rfind("\n", start, cut)
-        if cut > start:
-            yield start, cut + 1, True
-            start = cut + 1
+        # The last cut after start and at most size characters on (the character after it may be the next one).
+        last = _LAST_CUT.match(text, start + 1, start + size + 1)
+        if last is not None:
+            yield start, last.end(), True
+            start = last.end()
             continue
-        cut = start + size - 1
-        while True:
-            cut = text.find("\n", cut + 1, n - 1)
-            if cut < 0 or not text[cut + 1].isspace():
-                break
-        end = n if cut < 0 else cut + 1
+        following = _NEXT_CUT.search(text, start + size)
+        end = n if following is None else following.end()
         yield start, end, False
         start = end
     if start < n:
