@@ -191,6 +191,19 @@ def test_fastokens_gets_no_text_over_its_length_limit():
     assert sum(lengths) == len(lines) and max(lengths) <= tokens.FASTOKENS_MAX_CHARS
 
 
+@needs_fastokens
+def test_fastokens_over_the_tiktoken_engine_counts_long_stretches_with_tiktoken():
+    # Where bpe-openai cannot be used: stretches without a cut go to tiktoken (and nothing loops back).
+    counter = tokens.Cl100kTokenizer(engine="tiktoken")
+    counter.use_fastokens(tokens.load_fastokens(required=True))
+    text = "a" * (tokens.FASTOKENS_MAX_CHARS + 10) + "\nRefunds are issued within 14 days.\n" * 600
+    expected = ENCODING.encode_ordinary(text)
+    assert counter.encode(text) == expected
+    assert counter.count_uncached(text) == len(expected)
+    assert counter.count_till(text, len(expected)) == len(expected)
+    assert counter.count_till(text, len(expected) - 1) is None
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.one_of(TEXTS, LINES), min_size=1, max_size=6).map("\n".join), st.integers(1, 40))
 def test_slices_are_cut_at_token_boundaries(text, size):

