@@ -1,0 +1,74 @@
+"""What alembic revisions need beyond their SQL: refusing a downgrade that would drop data unless forced, and
+putting back the functions, views and policies of the release a downgrade returns to."""
+
+from __future__ import annotations
+
+from toolkit.schema import release_files
+
+
+def forced() -> bool:
+    """True when the migration was forced: ``toolkit migrate --force`` or ``alembic -x force=yes``."""
+    from alembic import context
+
+    if context.config.attributes.get("force"):
+        return True
+    value = context.get_x_argument(as_dictionary=True).get("force", "")
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def refuse_data_loss(
+    connection, tables: list[str], *, chunk_rows: bool = False, counts: dict[str, str] | None = None
+) -> None:
+    """Raises (nothing changed) when a downgrade would drop rows of these tables (or, with ``chunk_rows``, of any
+    live chunk table, or what the ``counts`` queries count), naming how many, unless the migration is forced."""
+    from alembic.util import CommandError
+
+    if forced():
+        return
+    queries = dict(counts or {})
+    counts = {name: connection.execute(query).fetchone()[0] for name, query in queries.items()}
+    for table in tables:
+        if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+            counts[table] = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # our own names
+    if chunk_rows and connection.execute("SELECT to_regclass('toolkit.versions')").fetchone()[0] is not None:
+        total = 0
+        for (table,) in connection.execute(
+            "SELECT format('toolkit.%I', toolkit._version_table(version)) FROM toolkit.versions"
+            " WHERE state <> 'retired' ORDER BY version"
+        ).fetchall():
+            if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+                total += connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        counts["chunk rows (every version)"] = total
+    lost = {name: count for name, count in counts.items() if count}
+    if lost:
+        listing = ", ".join(f"{count:,} in {name}" for name, count in lost.items())
+        raise CommandError(
+            f"This downgrade would delete data ({listing}); nothing was changed. Back the database up first "
+            "(pg_dump), then run it again with --force (toolkit migrate) or -x force=yes (alembic)."
+        )
+
+
+def restore_release(connection, revision: str) -> None:
+    """Drops this release's functions and views (their policies and triggers go with them) and re-applies the
+    idempotent SQL of the release last shipped at ``revision``, so the schema a downgrade leaves is one that release
+    works with. Runs in the migration's transaction."""
+    connection.execute("SET LOCAL ROLE toolkit_owner")
+    connection.execute(
+        """
+        DO $$
+        DECLARE
+            f regprocedure;
+        BEGIN
+            DROP VIEW IF EXISTS toolkit.active_chunks, toolkit.live_chunks;
+            FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
+                WHERE p.pronamespace = 'toolkit'::regnamespace LOOP
+                EXECUTE format('DROP FUNCTION IF EXISTS %s CASCADE', f);
+            END LOOP;
+        END
+        $$
+        """
+    )
+    connection.execute("RESET ROLE")
+    for path in release_files(revision):
+        connection.execute(path.read_text(encoding="utf-8"))
+        connection.execute("RESET ROLE")
