@@ -214,11 +214,9 @@ def test_an_unpinned_vector_of_other_dimensions_raises_model_mismatch(conn, stor
         search.search(conn, np.ones(8, dtype=np.float32), "a", 3)
 
 
-def test_a_query_pinned_to_a_model_with_no_servable_version_is_refused_with_a_retryable_error(
-    conn, store, make_model
-):
+def test_a_query_pinned_to_a_model_with_no_servable_version_is_refused_with_a_retryable_error(conn, store, make_model):
     make_model("other", DIMS, model_name=str(DIMS))
-    with pytest.raises(VersionUnavailableError, match="(?i)no version of model 'other' can be searched"):
+    with pytest.raises(VersionUnavailableError, match=r"(?i)no version of model 'other' can be searched"):
         search.search(conn, question_vector(), "a", 3, query_model="other")
     with pytest.raises(VersionUnavailableError, match="serving_model"):
         search.search(conn, question_vector(), "a", 3, version=store + 100)
@@ -513,5 +511,5 @@ def test_a_cutover_is_seen_at_once_and_pinned_queries_keep_their_version_until_i
         assert all(h.chunk_ids[0].startswith(f"v{v1}-") for h in hits)
     # once retired: the documented, retryable error, not an empty page
     versions.retire_version(conn, v1)
-    with pytest.raises(VersionUnavailableError, match=f"(?i)version {v1} cannot be searched: it is retired"):
+    with pytest.raises(VersionUnavailableError, match=rf"(?i)version {v1} cannot be searched: it is retired"):
         search.search(conn, np.ones(8, dtype=np.float32), "a", 5, version=v1)

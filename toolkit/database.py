@@ -184,7 +184,8 @@ def describe_database_error(error: psycopg.Error) -> str:
     if error.sqlstate == "42501":
         return (
             f"The database refused: {message}. Connect as a role with the toolkit privileges: a member of "
-            "toolkit_writer for ingest, backfill, verify and cutover, of toolkit_reader for search (see docs/sql.md)."
+            "toolkit_writer for ingest and backfill, of toolkit_deployer for verify, canary, cutover, rollback and "
+            "retire, of toolkit_reader for search (see docs/security.md)."
         )
     if error.sqlstate == "42P01":
         return f"The database says: {message}. A version may have been retired meanwhile; run toolkit status."

@@ -30,7 +30,11 @@ def refuse_data_loss(
     for table in tables:
         if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
             counts[table] = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # our own names
-    if chunk_rows and connection.execute("SELECT to_regclass('toolkit.versions')").fetchone()[0] is not None:
+    names_versions = connection.execute(
+        "SELECT to_regclass('toolkit.versions') IS NOT NULL"
+        " AND to_regprocedure('toolkit._version_table(integer)') IS NOT NULL"
+    ).fetchone()[0]
+    if chunk_rows and names_versions:
         total = 0
         for (table,) in connection.execute(
             "SELECT format('toolkit.%I', toolkit._version_table(version)) FROM toolkit.versions"

@@ -80,6 +80,12 @@ def _serialize(conn: psycopg.Connection, say: Callable[[str], None]) -> None:
         )
 
 
+def _names_versions(conn: psycopg.Connection) -> bool:
+    # SQL names the chunk tables (toolkit._version_table); a database migrated to an early revision only, without
+    # the functions, has no versions yet.
+    return conn.execute("SELECT to_regprocedure('toolkit._version_table(integer)') IS NOT NULL").fetchone()[0]
+
+
 def _objects(conn: psycopg.Connection) -> list[str]:
     """What a migration may alter that readers and writers use: the views, then the tables."""
     names = [
@@ -87,7 +93,7 @@ def _objects(conn: psycopg.Connection) -> list[str]:
         for n in ("toolkit.active_chunks", "toolkit.live_chunks", "toolkit.documents", "toolkit.query_log")
         if _exists(conn, n)
     ]
-    if _exists(conn, "toolkit.versions"):
+    if _exists(conn, "toolkit.versions") and _names_versions(conn):
         rows = conn.execute(
             "SELECT format('toolkit.%I', toolkit._version_table(version)) FROM toolkit.versions"
             " WHERE state <> 'retired' ORDER BY version"

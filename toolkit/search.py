@@ -20,35 +20,14 @@ from psycopg.types.json import Jsonb
 
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
+from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
 
 FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels")
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
-READER_ROLE = "toolkit_reader"
 # The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
 MAX_K = 1000
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
-
-
-@dataclass(frozen=True)
-class ServingModel:
-    """What ``toolkit.serving_model(request_key)`` returns: the version a request's question is embedded for and
-    searched in, its model, and whether it serves as the active version or as the canary."""
-
-    version: int
-    model_alias: str
-    provider: str
-    model_name: str
-    revision: str
-    dimensions: int
-    distance: str
-    storage: str
-    chunker_version: str
-    query_prefix: str
-    serving: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -111,43 +90,6 @@ def parse_filters(pairs: Sequence[str]) -> dict:
 
 _embedders: dict[tuple, object] = {}
 _embedders_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _as_reader(
-    conn: psycopg.Connection, tenant: str, principals: Sequence[str] | None = (), role: str | None = READER_ROLE
-) -> Iterator[None]:
-    """A read-only transaction as ``role`` (when the connected user may take it), the tenant and principals set.
-    Rolled back at the end: the role and settings end with it, even inside a transaction of the caller's (SET
-    LOCAL would otherwise last until the caller's transaction ends)."""
-    with conn.transaction(force_rollback=True):
-        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
-            conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        conn.execute("SELECT toolkit.set_principals(%s)", (list(principals or []),))
-        yield
-
-
-def serving_model(
-    conn: psycopg.Connection, tenant: str, request_key: str | None = None, *, role: str | None = READER_ROLE
-) -> ServingModel:
-    """The version (and model) that serves this request: ``toolkit.serving_model(request_key)`` in ``tenant`` (the
-    canary candidate for its share of request keys and for its tenants, else the active version)."""
-    validate_tenant(tenant)
-    with translate_errors(), _as_reader(conn, tenant, role=role):
-        row = conn.execute("SELECT * FROM toolkit.serving_model(%s)", (request_key,)).fetchone()
-    if row is None:
-        raise StateError("No version is active, so there is nothing to search. Activate one with toolkit cutover.")
-    return ServingModel(*row)
-
-
-def version_model(conn: psycopg.Connection, version: int) -> ServingModel:
-    """The model a given version's questions are embedded with (for a search pinned to that version)."""
-    with translate_errors(), conn.transaction():
-        row = conn.execute("SELECT * FROM toolkit.version_model(%s)", (version,)).fetchone()
-    if row is None:
-        raise InputError(f"There is no version {version}. Run toolkit status to list them.")
-    return ServingModel(*row)
 
 
 def active_model(conn: psycopg.Connection) -> dict:
@@ -269,7 +211,7 @@ def search(
         statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s)"
 
     started = time.perf_counter()
-    with _search_errors(), _as_reader(conn, tenant, principals, role):
+    with _search_errors(), as_reader(conn, tenant, principals, role):
         if ef_search is not None:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
         # No server-side preparation: each call is planned with its own tenant and filters.

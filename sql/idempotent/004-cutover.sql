@@ -466,7 +466,7 @@ BEGIN
         END IF;
         serving := CASE
             WHEN v.state = 'active' THEN 'active'
-            WHEN candidate = v.version THEN format('canary %s%%', canary_percent)
+            WHEN candidate = v.version THEN format('canary %s%%', trim_scale(canary_percent))
                 || CASE WHEN cardinality(canary_tenants) > 0 THEN ' + tenants ' || array_to_string(canary_tenants, ',')
                     ELSE '' END
             WHEN v.version = target THEN 'rollback target'

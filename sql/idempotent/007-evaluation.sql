@@ -77,7 +77,7 @@ DECLARE
     n integer := jsonb_array_length(queries);
     metric text;
 BEGIN
-    FOR q IN SELECT x.value FROM jsonb_array_elements(queries) AS x ORDER BY x.ordinality LOOP
+    FOR q IN SELECT x.value FROM jsonb_array_elements(queries) WITH ORDINALITY AS x ORDER BY x.ordinality LOOP
         IF jsonb_typeof(q -> embedding_key) IS DISTINCT FROM 'array' THEN
             RAISE EXCEPTION 'query % has no % for version %', quote_literal(q ->> 'query'), embedding_key, target
                 USING ERRCODE = 'invalid_parameter_value';
