@@ -52,26 +52,26 @@ def refuse_data_loss(
         )
 
 
-def restore_release(connection, revision: str) -> None:
-    """Drops this release's functions and views (their policies and triggers go with them) and re-applies the
-    idempotent SQL of the release last shipped at ``revision``, so the schema a downgrade leaves is one that release
-    works with. Runs in the migration's transaction."""
+def restore_release(connection, revision: str, *, replaced: list[str], dropped_views: list[str] = ()) -> None:
+    """Re-applies the idempotent SQL of the release last shipped at ``revision`` over this release's, so the schema a
+    downgrade leaves is one that release works with. Runs in the migration's transaction.
+
+    Functions are replaced in place (CREATE OR REPLACE), not dropped first: a reader statement that is inside a
+    function when the downgrade commits finishes with the helpers it calls still there. Only what the older release
+    cannot replace is dropped: the functions in ``replaced`` (their signature or result changed; given with their
+    argument types), the views in ``dropped_views`` and the model registry's trigger. Functions this release added
+    stay, unused, until the next upgrade replaces them."""
     connection.execute("SET LOCAL ROLE toolkit_owner")
-    connection.execute(
-        """
-        DO $$
-        DECLARE
-            f regprocedure;
-        BEGIN
-            DROP VIEW IF EXISTS toolkit.active_chunks, toolkit.live_chunks;
-            FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
-                WHERE p.pronamespace = 'toolkit'::regnamespace LOOP
-                EXECUTE format('DROP FUNCTION IF EXISTS %s CASCADE', f);
-            END LOOP;
-        END
-        $$
-        """
-    )
+    # The signatures name pgvector's types unqualified: resolve them where the extension is.
+    saved = connection.execute(
+        "SELECT current_setting('search_path'), set_config('search_path', toolkit._vector_schema(), true)"
+    ).fetchone()[0]
+    connection.execute("DROP TRIGGER IF EXISTS check_model_row ON toolkit.models")
+    for view in dropped_views:
+        connection.execute(f"DROP VIEW IF EXISTS {view}")  # names given by the revision itself
+    for function in replaced:
+        connection.execute(f"DROP FUNCTION IF EXISTS {function}")
+    connection.execute("SELECT set_config('search_path', %s, true)", (saved,))
     connection.execute("RESET ROLE")
     for path in release_files(revision):
         connection.execute(path.read_text(encoding="utf-8"))

@@ -1,7 +1,7 @@
 """The locks a schema migration takes before any DDL, so that it runs next to live readers without deadlocking.
 
 One migration at a time: the second waits for the first (on a private table no reader may lock, or, before the
-schema exists, on a transaction-level advisory lock) and says so. Then every object the migration may alter is
+schema exists, on a transaction-level advisory lock) and says so. Then every view and table of the schema is
 locked in one statement, views before tables (the order readers take them). Each attempt waits at most
 ``ATTEMPT_TIMEOUT_MS``, less than PostgreSQL's one-second deadlock timeout, so a reader is never chosen as a deadlock
 victim: the migration gives up its partial locks (a savepoint), waits a little and tries again, and after
@@ -80,26 +80,16 @@ def _serialize(conn: psycopg.Connection, say: Callable[[str], None]) -> None:
         )
 
 
-def _names_versions(conn: psycopg.Connection) -> bool:
-    # SQL names the chunk tables (toolkit._version_table); a database migrated to an early revision only, without
-    # the functions, has no versions yet.
-    return conn.execute("SELECT to_regprocedure('toolkit._version_table(integer)') IS NOT NULL").fetchone()[0]
-
-
 def _objects(conn: psycopg.Connection) -> list[str]:
-    """What a migration may alter that readers and writers use: the views, then the tables."""
-    names = [
-        n
-        for n in ("toolkit.active_chunks", "toolkit.live_chunks", "toolkit.documents", "toolkit.query_log")
-        if _exists(conn, n)
-    ]
-    if _exists(conn, "toolkit.versions") and _names_versions(conn):
-        rows = conn.execute(
-            "SELECT format('toolkit.%I', toolkit._version_table(version)) FROM toolkit.versions"
-            " WHERE state <> 'retired' ORDER BY version"
-        ).fetchall()
-        names += [table for (table,) in rows if _exists(conn, table)]
-    return names
+    """Every view and table of the toolkit schema, views first, then tables in the order they were created
+    (registry tables, documents, then the chunk tables): everything a migration may alter, so nothing it does
+    after taking these waits for a reader."""
+    rows = conn.execute(
+        "SELECT c.oid::regclass::text FROM pg_catalog.pg_class AS c"
+        " WHERE c.relnamespace = to_regnamespace('toolkit') AND c.relkind IN ('v', 'r', 'p')"
+        " ORDER BY c.relkind = 'v' DESC, c.oid"
+    ).fetchall()
+    return [name for (name,) in rows]
 
 
 def lock_for_migration(conn: psycopg.Connection, say: Callable[[str], None] = print) -> None:

@@ -52,5 +52,17 @@ def downgrade() -> None:
     connection.execute("REVOKE ALL ON SCHEMA toolkit FROM toolkit_deployer")
     connection.execute("RESET ROLE")
     # The functions, views, policies and grants of the release at 0002 (the deployer role itself stays: roles are
-    # cluster-wide and other databases may use it).
-    restore_release(connection, "0002")
+    # cluster-wide and other databases may use it). Its search functions have one argument less, and its
+    # version_status fewer columns: those must go first.
+    restore_release(
+        connection,
+        "0002",
+        replaced=[
+            "toolkit.search_chunks(vector, integer, jsonb, text, integer)",
+            "toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer, integer)",
+            "toolkit.search_context(vector, integer, text, text, jsonb, text, integer)",
+            "toolkit.version_status()",
+            "toolkit._search_target(vector, text, integer)",
+        ],
+        dropped_views=["toolkit.live_chunks"],
+    )

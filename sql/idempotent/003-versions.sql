@@ -79,10 +79,26 @@ BEGIN
         ' USING (cardinality(access_labels) = 0'
         ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
         ' OR (SELECT toolkit._is_service_role()))', tbl);
+    PERFORM toolkit._grant_version_table(target);
+    UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
+END
+$$;
+
+-- Grants on one version's chunk table: read for the reader and the deployer, rows for the writer. Re-run by the
+-- grants file on every upgrade (it revokes everything first).
+CREATE OR REPLACE FUNCTION toolkit._grant_version_table(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
+BEGIN
     EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
     EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO toolkit_writer', tbl);
-    UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
 $$;
 

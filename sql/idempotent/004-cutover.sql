@@ -405,6 +405,9 @@ AS $$
     WHERE v.state = 'active'
 $$;
 
+-- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
+DROP FUNCTION IF EXISTS toolkit.version_status();
+
 -- One row per version: model, chunker, state, what it serves, rows, pending rows, documents and tenants, index
 -- validity, the last evaluation (and whether it still counts for a cutover).
 -- Definer: counts every tenant's rows of the chunk tables.

@@ -14,6 +14,17 @@ REVOKE ALL ON ALL TABLES IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_writer, toolkit_deployer;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_writer, toolkit_deployer;
 
+-- The chunk tables lost their grants with the REVOKE above: every live one gets them back.
+DO $$
+DECLARE
+    v integer;
+BEGIN
+    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state <> 'retired' ORDER BY 1 LOOP
+        PERFORM toolkit._grant_version_table(v);
+    END LOOP;
+END
+$$;
+
 -- Every role: its session context, what is live and what to embed questions with, the views, and search.
 -- Each name is unique, so no argument list is needed (pgvector's type may live in any schema).
 GRANT EXECUTE ON FUNCTION
