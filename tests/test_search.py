@@ -449,7 +449,7 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
         ],
     )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     assert [r["rank"] for r in rows] == [1, 2, 3]
     assert {"score", "heading_path", "doc_id", "start", "end", "text"} <= set(rows[0])
     result = runner.invoke(
@@ -468,7 +468,7 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].split() == ["rank", "score", "heading_path", "doc_id", "span", "text"]
+    assert result.stdout.splitlines()[0].split() == ["rank", "score", "heading_path", "doc_id", "span", "text"]
     assert "guide/row-security.md" in result.output and "hr/" not in result.output
 
 
