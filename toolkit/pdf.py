@@ -109,7 +109,7 @@ def read_pdf(path: str | Path, *, clean: bool = True) -> PdfText:
         if any(page.images for page in pages):
             raise PdfError(
                 f"has no text layer ({_pages(len(pages))}: a scan?); run OCR first "
-                "(e.g. ocrmypdf --sidecar out.txt in.pdf out.pdf) and ingest the text, or leave it out."
+                "(for example ocrmypdf --sidecar out.txt in.pdf out.pdf) and ingest the text, or leave it out."
             )
         raise PdfError("contains no text to extract (blank pages or vector drawings only); leave it out.")
     removed = _running_lines(pages) if clean else set()
@@ -157,12 +157,12 @@ def _extract(path: Path) -> tuple[list[_Page], str | None]:
         raise
     except PDFPasswordIncorrect:
         raise PdfError(
-            "is encrypted and needs a password to open; decrypt it first (e.g. qpdf --decrypt --password=… "
+            "is encrypted and needs a password to open; decrypt it first (for example qpdf --decrypt --password=… "
             "in.pdf out.pdf) and ingest the decrypted copy."
         ) from None
     except PDFEncryptionError as error:
         raise PdfError(
-            f"is encrypted in a way that cannot be read here ({error}); decrypt it first (e.g. qpdf --decrypt "
+            f"is encrypted in a way that cannot be read here ({error}); decrypt it first (for example qpdf --decrypt "
             "in.pdf out.pdf) and ingest the decrypted copy."
         ) from None
     except OSError as error:
@@ -171,7 +171,7 @@ def _extract(path: Path) -> tuple[list[_Page], str | None]:
         reason = str(error) or type(error).__name__
         raise PdfError(
             f"is damaged or not a valid PDF ({reason[:200]}); re-export it from its source, or repair it "
-            "(e.g. qpdf in.pdf repaired.pdf) and ingest the repaired copy."
+            "(for example qpdf in.pdf repaired.pdf) and ingest the repaired copy."
         ) from None
     if not pages:
         raise PdfError("has no pages; re-export it from its source.")
