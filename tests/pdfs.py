@@ -109,7 +109,7 @@ def write_manual(path: Path) -> Path:
     # Page 3: a table (one cell wraps onto a second line), then a paragraph that runs on to page 4.
     pdf.add_page()
     pdf.set_font("Helvetica", size=11)
-    with pdf.table(col_widths=(40, 90, 40), text_align="LEFT") as table:
+    with pdf.table(col_widths=(40, 60, 40), text_align="LEFT") as table:
         for cells in TABLE:
             row = table.row()
             for cell in cells:
