@@ -347,28 +347,25 @@ def _table_rows(band: list[list[_Line]]) -> list[list[_Line]]:
 
 
 def _table(band: list[list[_Line]], gutters: list[tuple[float, float]]) -> _Block:
-    """Table rows, cells left to right. A row with fewer cells right under the previous one (closer than a line
-    apart) continues that row's cells: a cell whose text wrapped."""
+    """Table rows, cells left to right. Lines of the band that sit closer together than half the band's usual gap
+    between rows belong to one table row: a cell whose text wrapped onto more lines (above or below the row's
+    other cells, as a writer that centres cells vertically puts them)."""
     width = len(gutters) + 1
-    rows: list[list[str]] = []
-    previous = None
-    for row in band:
-        cells = [""] * width
-        for line in row:
-            c = _column_of(line, gutters)
-            cells[c] = f"{cells[c]} {line.text}".strip()
-        top = min(x.top for x in row)
-        continued = (
-            rows
-            and previous is not None
-            and sum(1 for cell in cells if cell) < sum(1 for cell in rows[-1] if cell)
-            and top - previous < 0.6 * statistics.median(x.height for x in row)
-        )
-        if continued:
-            rows[-1] = [join_wrapped(old, new) if new else old for old, new in zip(rows[-1], cells, strict=True)]
+    gaps = [min(x.top for x in b) - max(x.bottom for x in a) for a, b in itertools.pairwise(band)]
+    tight = 0.5 * statistics.median(gaps) if gaps else 0.0
+    groups: list[list[list[_Line]]] = [[band[0]]]
+    for gap, row in zip(gaps, band[1:], strict=True):
+        if gap < tight:
+            groups[-1].append(row)
         else:
-            rows.append(cells)
-        previous = max(x.bottom for x in row)
+            groups.append([row])
+    rows = []
+    for group in groups:
+        cells = [""] * width
+        for line in sorted((line for row in group for line in row), key=lambda line: (line.top, line.x0)):
+            c = _column_of(line, gutters)
+            cells[c] = join_wrapped(cells[c], line.text)
+        rows.append(cells)
     return _Block(rows=rows)
 
 
