@@ -158,7 +158,7 @@ def chunk_pending_documents(
             for tenant, doc_id in batch:
                 row = conn.execute(
                     sql.SQL(
-                        "SELECT d.raw_text, d.access_labels FROM toolkit.documents AS d"
+                        "SELECT d.raw_text, d.access_labels, d.metadata->'pages' FROM toolkit.documents AS d"
                         " WHERE d.tenant = %s AND d.doc_id = %s"
                         " AND NOT EXISTS (SELECT 1 FROM {} AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)"
                     ).format(target.table),
@@ -166,9 +166,9 @@ def chunk_pending_documents(
                 ).fetchone()
                 if row is None:  # deleted, or written by a concurrent ingest
                     continue
-                text, labels = row
+                text, labels, pages = row
                 rows += [
-                    chunk_row(tenant, doc_id, chunk, list(labels), None)
+                    chunk_row(tenant, doc_id, chunk, list(labels), None, pages)
                     for chunk in target.chunker.chunk(text, doc_id=doc_id)
                 ]
             copy_chunk_rows(conn, target, rows)

@@ -13,11 +13,24 @@ SELECT
 -- not loaded yet (a placeholder) in a function's SET clause, as the search functions do.
 SELECT vector_dims('[1]'::vector) AS library_loaded;
 
--- Signatures of earlier releases (the version argument was added): drop them so each name stays unique.
+-- Signatures of earlier releases (without the version argument, or without pages in the result): dropped, since
+-- CREATE OR REPLACE cannot change them and each name must stay unique.
 DROP FUNCTION IF EXISTS toolkit._search_target(vector, text);
-DROP FUNCTION IF EXISTS toolkit.search_chunks(vector, integer, jsonb, text);
-DROP FUNCTION IF EXISTS toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer);
-DROP FUNCTION IF EXISTS toolkit.search_context(vector, integer, text, text, jsonb, text);
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
+        WHERE p.pronamespace = 'toolkit'::regnamespace
+            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context')
+            AND (pg_get_function_identity_arguments(p.oid) NOT LIKE '%query_version integer%'
+                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%')
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$$;
 
 -- Returns the version a search reads and how to rank it. A search is pinned to the version (or the model alias) its
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
@@ -290,7 +303,8 @@ RETURNS TABLE (
     heading_path text[],
     text text,
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -313,9 +327,10 @@ BEGIN
     BEGIN
         RETURN QUERY EXECUTE format(
             'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
-            ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.*, $4, $11'
+            ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id, h.doc_id,'
+            ' h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11, h.pages'
             ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-            '  c.end_offset, c.heading_path, c.text FROM toolkit.%4$I AS c'
+            '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%4$I AS c'
             '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s LIMIT $2) AS h'
             ' ORDER BY h.distance, h.chunk_id',
             target.distance_sql, target.distance, f.clause, target.chunk_table)
@@ -355,7 +370,8 @@ RETURNS TABLE (
     heading_path text[],
     text text,
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -421,7 +437,7 @@ BEGIN
             '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $2)'
             ' SELECT (row_number() OVER (ORDER BY x.score DESC, least(x.vector_rank, x.text_rank), x.chunk_id))::integer,'
             '  x.score, x.vector_rank::integer, x.text_rank::integer, x.distance, c.chunk_id, c.doc_id, c.parent_id,'
-            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15'
+            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' ORDER BY 1',
             vector_sql, f.clause, target.chunk_table)
@@ -458,7 +474,8 @@ RETURNS TABLE (
     kind text,
     chunk_ids text[],
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -488,7 +505,7 @@ BEGIN
 
     -- Hits sharing a parent or a window collapse into one context: fetch more hits than contexts.
     hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
-        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias FROM toolkit.'
+        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias, h.pages FROM toolkit.'
         || CASE WHEN query_text IS NULL THEN 'search_chunks($1, $8, $5, NULL, $6)'
             ELSE 'hybrid_search_chunks($4, $1, $8, $5, NULL, query_version => $6)' END || ' AS h';
 
@@ -498,14 +515,15 @@ BEGIN
             'SELECT h.rank AS hit_rank, h.doc_id, coalesce(p.chunk_id, h.chunk_id) AS piece_id,'
             ' coalesce(p.start_offset, h.start_offset) AS s, coalesce(p.end_offset, h.end_offset) AS e,'
             ' coalesce(p.text, h.text) AS body,'
-            ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind'
+            ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind,'
+            ' CASE WHEN p.chunk_id IS NULL THEN h.pages ELSE p.pages END AS pages'
             ' FROM hits AS h LEFT JOIN toolkit.%I AS p'
             '  ON p.tenant = $3 AND p.chunk_id = h.parent_id AND p.doc_id = h.doc_id AND p.is_parent',
             target.chunk_table);
     ELSE
         pieces_sql := format(
             'SELECT h.rank AS hit_rank, h.doc_id, w.chunk_id AS piece_id, w.start_offset AS s,'
-            ' w.end_offset AS e, w.text AS body, ''window'' AS kind'
+            ' w.end_offset AS e, w.text AS body, ''window'' AS kind, w.pages'
             ' FROM hits AS h INNER JOIN toolkit.%I AS w'
             '  ON w.tenant = $3 AND w.doc_id = h.doc_id AND NOT w.is_parent'
             '  AND w.position BETWEEN h.position - $7 AND h.position + $7',
@@ -530,7 +548,8 @@ BEGIN
             '   array_agg(h.chunk_id ORDER BY g.hit_rank) AS chunk_ids'
             '  FROM grouped AS g INNER JOIN hits AS h ON h.rank = g.hit_rank GROUP BY 1, 2),'
             ' bodies AS ('
-            '  SELECT DISTINCT ON (g.doc_id, g.grp, p.piece_id) g.doc_id, g.grp, p.piece_id, p.s, p.e, p.body, p.kind'
+            '  SELECT DISTINCT ON (g.doc_id, g.grp, p.piece_id) g.doc_id, g.grp, p.piece_id, p.s, p.e, p.body, p.kind,'
+            '   p.pages'
             '  FROM pieces AS p INNER JOIN grouped AS g ON g.hit_rank = p.hit_rank'
             '  ORDER BY g.doc_id, g.grp, p.piece_id),'
             ' ordered AS ('
@@ -544,7 +563,9 @@ BEGIN
             '    ELSE ''chunk'' END AS kind'
             '  FROM ordered AS o GROUP BY 1, 2)'
             ' SELECT (row_number() OVER (ORDER BY x.best))::integer, h.score, x.doc_id, x.s, x.e, h.heading_path,'
-            '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias'
+            '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias,'
+            '  (SELECT array_agg(DISTINCT n ORDER BY n) FROM bodies AS b2 CROSS JOIN LATERAL unnest(b2.pages) AS n'
+            '   WHERE b2.doc_id = x.doc_id AND b2.grp = x.grp)'
             ' FROM contexts AS x INNER JOIN stitched AS st ON st.doc_id = x.doc_id AND st.grp = x.grp'
             ' INNER JOIN hits AS h ON h.rank = x.best'
             ' ORDER BY x.best LIMIT $2',
