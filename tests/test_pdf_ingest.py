@@ -87,6 +87,15 @@ def test_backfill_records_the_same_pages_from_the_stored_documents(database_url,
         for start, end, _, pages in chunks:
             assert pages == expected_pages(text, start, end)
         assert all(pages is None for *_, pages in stored_chunks(conn, report.version, "notes.md"))
+        # the search returns them, for citations: chunks, parents' and windows' pages alike
+        from toolkit.search import search
+
+        versions.activate_version(conn, report.version, force=True)
+        for expand in (None, "window:1"):
+            hits = search(conn, "two years warranty", "acme", 10, expand=expand, log=False)
+            on_pdf = [h for h in hits if h.doc_id == "manual.pdf"]
+            assert on_pdf and all(h.pages == expected_pages(text, h.start, h.end) for h in on_pdf)
+            assert all(h.pages is None for h in hits if h.doc_id == "notes.md")
 
 
 PAGES_TYPE = (
