@@ -217,6 +217,11 @@ class Chunker:
         spans = self.spans(document)
         if self.trims_whitespace:
             spans = [span for span in (trim(document.text, span) for span in spans) if span is not None]
+        if not spans and (whole := trim(document.text, Span(0, len(document.text)))) is not None:
+            # Every document with text gets at least one chunk: a Markdown file that is only a heading has no
+            # section body, and a document no chunk comes from can never be found (and is chunked again by
+            # every backfill).
+            spans = [whole]
         return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]
 
     def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
@@ -324,6 +329,8 @@ def build_chunks(
     counted = []
     for item in spans:
         span, n = item if isinstance(item, tuple) else (item, document.embed_tokens(item))
+        if span.end <= span.start or text[span.start : span.end].isspace():
+            continue  # whitespace only: nothing to find, and it must never rank (the last guard of every strategy)
         if check_limit and max_tokens and _limit_count(document, span, n, limit_counter) > max_tokens:
             if on_overflow == "error":
                 raise InputError(

@@ -44,7 +44,10 @@ def split_range(
     """
     splitter = _Splitter(document, span, budget, separators, overlap, protected or [], in_tokens)
     splitter.ignore_protection = ignore_protection
-    return splitter.run()
+    # A cut can leave a piece that is only the whitespace between two separators (a lone line break): such a
+    # piece holds nothing to find, so it never becomes a chunk.
+    text = document.text
+    return [p for p in splitter.run() if p.end > p.start and not text[p.start : p.end].isspace()]
 
 
 class _Splitter:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id
+from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id, compose_embed_text
 from toolkit.chunking.spec import Spec
 
 ALGORITHM_VERSION = 1
@@ -26,6 +26,7 @@ class SmallToBigChunker:
         self.parent = parent
         self.window = window
         self.tokenizer = child.tokenizer
+        self._sized: dict[int, Chunker] = {}
 
     @property
     def version(self) -> str:
@@ -57,7 +58,7 @@ class SmallToBigChunker:
         spans: list[Span] = []
         owners: list[int] = []
         for index, parent in enumerate(parents):
-            for child in self.child.chunk(parent.text):
+            for child in self._child_for(parent.heading_path).chunk(parent.text):
                 path = parent.heading_path + child.heading_path
                 span = Span(
                     child.start + parent.start,
@@ -72,6 +73,28 @@ class SmallToBigChunker:
         if len(children) != len(owners):  # the model's input limit split some children further
             owners = [_owner(parents, c.start) for c in children]
         return self._finish(parents, children, owners)
+
+    def _child_for(self, heading_path: tuple[str, ...]) -> Chunker:
+        """The child chunker for a parent with this heading path: a child embeds the parent's path before its
+        own text, so its strategy packs to the size less the path's tokens. Sized without the path, a child
+        that fit was over the size with it, and the budget check then cut it inside a sentence."""
+        child = self.child
+        if not heading_path or child.unit == "chars":
+            return child
+        prefix = self.tokenizer.count(compose_embed_text(heading_path, "", ""))
+        size = max(1, child.size - prefix)
+        if size == child.size:
+            return child
+        chunker = self._sized.get(size)
+        if chunker is None:
+            # Overlap in tokens must stay under the size (sentence and semantic count it in sentences).
+            overlap = child.overlap if child.spec.strategy in ("sentence", "semantic") else min(child.overlap, size - 1)
+            spec = dataclasses.replace(child.spec, size=size, overlap=overlap)
+            chunker = type(child)(spec, tokenizer=child.tokenizer, embedder=child.embedder)
+            chunker.max_tokens = child.max_tokens
+            chunker.limit_counter = child.limit_counter
+            self._sized[size] = chunker
+        return chunker
 
     def _windows(self, text: str, doc_id: str | None) -> list[Chunk]:
         children = self.child.chunk(text, doc_id)
