@@ -49,7 +49,9 @@ def _spec(strategy: str, size: int, option: str) -> str:
     return f"{strategy}:{size}:{overlap}{option}"
 
 
-OPTIONS = st.sampled_from(["", ":max_tokens=12", ":max_tokens=30", ":window=1", ":parent=markdown,80,0", ":parent=recursive,60,0"])
+OPTIONS = st.sampled_from(
+    ["", ":max_tokens=12", ":max_tokens=30", ":window=1", ":parent=markdown,80,0", ":parent=recursive,60,0"]
+)
 
 
 @SETTINGS
