@@ -53,5 +53,9 @@ toolkit.search_context,
 toolkit._search_target,
 toolkit._search_tenant,
 toolkit._search_filter_texts,
-toolkit._search_filters
+toolkit._search_filters,
+toolkit.lexical_settings,
+toolkit.chunk_search_text,
+toolkit.query_lexemes,
+toolkit._any_lexeme
 TO toolkit_reader, toolkit_writer;
