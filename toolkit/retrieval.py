@@ -187,9 +187,7 @@ class BM25:
     tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl)), dl the chunk's token count. The arithmetic, summed over
     the question's lexemes in byte order, is that of ``hybrid_search_chunks`` (005-search.sql)."""
 
-    def __init__(
-        self, documents: Sequence[dict[str, int]], lengths: Sequence[int], k1: float, b: float
-    ):
+    def __init__(self, documents: Sequence[dict[str, int]], lengths: Sequence[int], k1: float, b: float):
         self.k1, self.b = float(k1), float(b)
         self.n = len(documents)
         # A chunk's length is its token_count (what SQL has in a plain column; its lexemes would need the
