@@ -45,7 +45,7 @@ def document(draw) -> str:
 
 
 def _spec(strategy: str, size: int, option: str) -> str:
-    overlap = 1 if strategy in ("sentence", "semantic") else size // 5
+    overlap = 1 if strategy in ("sentence", "semantic") else 0 if strategy == "cluster" else size // 5
     return f"{strategy}:{size}:{overlap}{option}"
 
 

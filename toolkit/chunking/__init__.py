@@ -26,6 +26,8 @@ def _strategy_class(name: str):
         from toolkit.chunking.html import HtmlChunker as cls
     elif name == "code":
         from toolkit.chunking.code import CodeChunker as cls
+    elif name == "cluster":
+        from toolkit.chunking.cluster import ClusterChunker as cls
     else:
         from toolkit.chunking.semantic import SemanticChunker as cls
     return cls
@@ -34,7 +36,7 @@ def _strategy_class(name: str):
 def get_chunker(spec: str, *, embedder=None, tokenizer=None):
     """A chunker for ``spec`` (``strategy:size:overlap[:key=value...]``, e.g. ``markdown:400:40``).
 
-    ``embedder`` is needed by ``semantic`` (and sets the input-token limit when it has
+    ``embedder`` is needed by ``semantic`` and ``cluster`` (and sets the input-token limit when it has
     ``max_input_tokens``); ``tokenizer`` replaces cl100k_base for counting.
     """
     parsed = parse_spec(spec)

@@ -32,9 +32,9 @@ class SmallToBigChunker:
     def version(self) -> str:
         return f"{self.spec.canonical}@{ALGORITHM_VERSION}"
 
-    def chunk(self, text: str, doc_id: str | None = None) -> list[Chunk]:
+    def chunk(self, text: str, doc_id: str | None = None, *, title: str | None = None) -> list[Chunk]:
         if self.parent is not None:
-            return self._parent_child(text, doc_id)
+            return self._parent_child(text, doc_id, title)
         return self._windows(text, doc_id)
 
     def _finish(self, parents: list[Chunk], children: list[Chunk], owners: list[int]) -> list[Chunk]:
@@ -52,13 +52,16 @@ class SmallToBigChunker:
         ]
         return parents + children
 
-    def _parent_child(self, text: str, doc_id: str | None) -> list[Chunk]:
+    def _parent_child(self, text: str, doc_id: str | None, title: str | None) -> list[Chunk]:
+        from toolkit.chunking.base import document_title
+
         parents = self.parent.chunk(text, doc_id)
+        title = document_title(text) if title is None else title  # the document's, not each parent's first line
         document = Document(text, self.tokenizer, self.child.unit)
         spans: list[Span] = []
         owners: list[int] = []
         for index, parent in enumerate(parents):
-            for child in self._child_for(parent.heading_path).chunk(parent.text):
+            for child in self._child_for(parent.heading_path).chunk(parent.text, title=title):
                 path = parent.heading_path + child.heading_path
                 span = Span(
                     child.start + parent.start,
@@ -69,7 +72,15 @@ class SmallToBigChunker:
                 for piece in self.child.enforce_budget(document, [dataclasses.replace(span, atomic=child.atomic)]):
                     spans.append(piece)
                     owners.append(index)
-        children = build_chunks(document, spans, doc_id, self.version, self.child.max_tokens, self.child.on_overflow)
+        children = build_chunks(
+            document,
+            spans,
+            doc_id,
+            self.version,
+            self.child.max_tokens,
+            self.child.on_overflow,
+            self.child.limit_counter,
+        )
         if len(children) != len(owners):  # the model's input limit split some children further
             owners = [_owner(parents, c.start) for c in children]
         return self._finish(parents, children, owners)
