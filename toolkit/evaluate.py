@@ -205,7 +205,10 @@ def evaluate(
     if not isinstance(input_price, int | float) or input_price < 0 or not math.isfinite(input_price):
         raise InputError(f"The input price is USD per million tokens and must be ≥ 0, not {input_price!r}.")
     specs = split_configs(configs)
-    chunkers = {spec: _chunker(spec, embedder) for spec in specs}  # every spec checked before any work
+    cache = cache if cache is not None else EmbeddingCache()
+    # Every spec checked before any work; semantic and cluster embed their sentences and pieces through the cache.
+    chunk_embedder = None if embedder is None else CachedEmbedder(embedder, cache)
+    chunkers = {spec: _chunker(spec, chunk_embedder) for spec in specs}
     if scorer == "bow":
         if retrieval is not None:
             raise InputError("--scorer bow ranks by shared words alone, so --retrieval has no effect; drop one.")
@@ -227,7 +230,6 @@ def evaluate(
     labelled = load_queries(queries, documents) if isinstance(queries, str | Path) else list(queries)
     if not labelled:
         raise InputError("There are no labelled queries to evaluate; the query file is empty.")
-    cache = cache if cache is not None else EmbeddingCache()
     embedded_at_start, hits_at_start = cache.embedded_texts, cache.hits
     query_vectors = None
     if scorer == "embedding":
@@ -271,6 +273,21 @@ def evaluate(
         cache_path=None if cache.path is None else str(cache.path),
         notes=notes,
     )
+
+
+class CachedEmbedder:
+    """An embedder whose document vectors go through an `EmbeddingCache` (for the strategies that embed while
+    chunking); everything else is the model's own."""
+
+    def __init__(self, embedder, cache):
+        self._embedder = embedder
+        self._cache = cache
+
+    def __getattr__(self, name):
+        return getattr(self._embedder, name)
+
+    def embed_documents(self, texts):
+        return self._cache.embed_documents(self._embedder, texts)
 
 
 def _chunker(spec: str, embedder):

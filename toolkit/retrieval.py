@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +35,8 @@ class Retrieval:
     rrf_k: int | None = None
     candidates: int | None = None
     text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG
+    # The label as given, kept when SQL's defaults are filled in (``resolved``).
+    given: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self):
         if self.mode not in RETRIEVAL_MODES:
@@ -56,7 +58,9 @@ class Retrieval:
 
     @property
     def label(self) -> str:
-        """The mode with every setting that differs from the defaults, e.g. ``hybrid:rrf_k=60``."""
+        """The mode with every setting given explicitly, e.g. ``hybrid:rrf_k=60``."""
+        if self.given:
+            return self.given
         parts = [self.mode]
         for name in ("k1", "b", "rrf_k", "candidates"):
             if getattr(self, name) is not None:
@@ -69,9 +73,8 @@ class Retrieval:
 
     def resolved(self, settings: dict) -> Retrieval:
         """This retrieval with SQL's defaults (``lexical_settings``) filled in."""
-        return dataclasses.replace(
-            self, **{name: settings[name] if getattr(self, name) is None else getattr(self, name) for name in settings}
-        )
+        values = {name: settings[name] if getattr(self, name) is None else getattr(self, name) for name in settings}
+        return dataclasses.replace(self, given=self.label, **values)
 
 
 def parse_retrieval(text: str | Retrieval | None) -> Retrieval:

@@ -7,9 +7,20 @@ docs/chunking.md for the strategies, the spec syntax and the rules each strategy
 from __future__ import annotations
 
 from toolkit.chunking.base import Chunk, Chunker, compose_embed_text
+from toolkit.chunking.recommended import RECOMMENDED_RETRIEVAL, recommended_spec
 from toolkit.chunking.spec import STRATEGIES, Spec, parse_spec
 
-__all__ = ["STRATEGIES", "Chunk", "Chunker", "Spec", "compose_embed_text", "get_chunker", "parse_spec"]
+__all__ = [
+    "RECOMMENDED_RETRIEVAL",
+    "STRATEGIES",
+    "Chunk",
+    "Chunker",
+    "Spec",
+    "compose_embed_text",
+    "get_chunker",
+    "parse_spec",
+    "recommended_spec",
+]
 
 
 def _strategy_class(name: str):

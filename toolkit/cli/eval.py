@@ -40,7 +40,8 @@ COLUMNS = [
     "configs",
     multiple=True,
     metavar="SPECS",
-    help='Chunker specs, comma-separated: "fixed:200:0,sentence:200:1,markdown:400:40". Repeatable.',
+    help='Chunker specs, comma-separated: "fixed:200:0,sentence:200:1,markdown:400:40". Repeatable. '
+    "Default: the spec recommended for the model's input limit.",
 )
 @click.option(
     "--model",
@@ -146,15 +147,17 @@ def _evaluate_files(corpus, configs, model, scorer, retrieval, queries, k, input
     import contextlib
 
     from toolkit import evaluate as lib
+    from toolkit.chunking import recommended_spec
     from toolkit.embedding_cache import EmbeddingCache
     from toolkit.retrieval import split_retrievals
 
-    if not corpus or not configs:
+    if not corpus:
         raise InputError(
-            "Give the documents with --corpus PATH and the chunker configurations with --configs "
-            "(e.g. fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
+            "Give the documents with --corpus PATH (and the chunker configurations with --configs, e.g. "
+            "fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
         )
     embedder = _embedder(model) if scorer == "embedding" else _refuse_model(model)
+    configs = configs or [recommended_spec(getattr(embedder, "max_input_tokens", None))]
     retrieval = list(retrieval) or None
     lexical = scorer == "embedding" and any(r.lexical for r in split_retrievals(retrieval))
     with contextlib.ExitStack() as stack:
