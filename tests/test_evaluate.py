@@ -256,6 +256,11 @@ def test_plot_and_table_output(seed_files, tmp_path):
         ({"--queries": "missing.jsonl"}, "Cannot read the query file"),
         ({"--model": "nosuch:model"}, "Unknown embedding provider"),
         ({"-k": "0"}, None),  # click's own range check (exit code 2)
+        ({"--retrieval": "fuzzy"}, "Unknown retrieval mode 'fuzzy'; use one of vector, hybrid, text."),
+        ({"--retrieval": "vector:k1=x"}, "has k1=x, which is not a float"),
+        ({"--retrieval": "vector:b=2"}, "BM25's b must be between 0 and 1"),
+        ({"--retrieval": "vector:depth=3"}, "has an option 'depth=3' it does not take"),
+        ({"--retrieval": "vector,vector"}, "The retrieval 'vector' is listed twice"),
     ],
 )
 def test_bad_input_is_a_clean_error(seed_files, change, message):
@@ -280,6 +285,15 @@ def test_an_answer_not_in_the_corpus_is_a_clean_error(seed_files):
     result = run("--corpus", str(corpus), "--queries", str(queries), "--configs", "fixed:200:0", "--scorer", "bow")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "line 1: the answer text 'not there' is not in 'policy.txt'" in result.output
+
+
+def test_bow_with_a_retrieval_mode_is_refused(seed_files):
+    corpus, queries = seed_files
+    result = run(
+        "--corpus", str(corpus), "--queries", str(queries), "--configs", "fixed:200:0",
+        "--scorer", "bow", "--retrieval", "hybrid",
+    )  # fmt: skip
+    assert result.exit_code == 1 and "--retrieval has no effect" in result.output
 
 
 def test_bow_with_a_model_is_refused(seed_files):
