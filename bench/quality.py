@@ -49,7 +49,7 @@ CONFIGS = [
     "markdown:200:0",
     "cluster:128:0",
 ]
-E5_CONFIGS = ["recursive:128:0", "recursive:128:64", "recursive:200:0", "recursive:200:100"]
+E5_CONFIGS = ["recursive:128:0", "recursive:128:64", "recursive:200:100"]
 RETRIEVALS = "vector,hybrid:assemble=off,hybrid:rrf_k=60,hybrid"
 
 
