@@ -150,6 +150,72 @@ def chunking_cost(model_ref: str) -> list[str]:
     return ["| strategy | chunks | seconds | seconds / MB | per piece |", "|" + " --- |" * 5, *lines]
 
 
+LEXICAL_SPEC = "recursive:128:64"
+LEXICAL_RETRIEVALS = (
+    "vector,text,hybrid,hybrid:rrf_k=60,hybrid:rrf_k=30,hybrid:rrf_k=2,hybrid:candidates=20,hybrid:candidates=100,"
+    "hybrid:b=0,hybrid:b=0.3,hybrid:k1=0.9,hybrid:k1=2,hybrid:config=simple"
+)
+
+
+def legacy_text_ranks(conn, chunks, questions, config: str = "english", depth: int = 50) -> list[list[int]]:
+    """The full-text ranking hybrid_search_chunks used before BM25: chunks holding every term of
+    websearch_to_tsquery first, then any term, by ts_rank_cd(fts, query, 1), ties by chunk id; computed by
+    PostgreSQL itself on a temporary table of the chunks."""
+    with conn.transaction():
+        conn.execute("CREATE TEMP TABLE legacy (n integer, chunk_id text, fts tsvector) ON COMMIT DROP")
+        conn.execute(
+            "INSERT INTO legacy SELECT t.n, t.id, to_tsvector(%s::regconfig, toolkit.chunk_search_text(t.c, t.b))"
+            " FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS t (id, c, b, n)",
+            (config, [c.chunk_id for c in chunks], [c.context for c in chunks], [c.text for c in chunks]),
+        )
+        ranks = []
+        for question in questions:
+            rows = conn.execute(
+                "WITH q AS (SELECT websearch_to_tsquery(%s::regconfig, %s) AS all_terms),"
+                " a AS (SELECT q.all_terms, CASE WHEN strpos(q.all_terms::text, '!') = 0"
+                "  THEN replace(q.all_terms::text, ' & ', ' | ')::tsquery ELSE q.all_terms END AS any_term FROM q)"
+                " SELECT l.n FROM legacy AS l, a WHERE l.fts @@ a.any_term"
+                " ORDER BY l.fts @@ a.all_terms DESC, ts_rank_cd(l.fts, a.any_term, 1) DESC, l.chunk_id LIMIT %s",
+                (config, question, depth),
+            ).fetchall()
+            ranks.append([n - 1 for (n,) in rows])
+    return ranks
+
+
+def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
+    """The lexical side on one configuration: BM25's k1 and b, the text search configuration, RRF's k, the
+    candidates per list, full text alone, and the ranking used before BM25 (ts_rank_cd), each with assembly."""
+    from toolkit.chunking import get_chunker
+    from toolkit.evaluate import evaluate, read_corpus, score_config
+    from toolkit.queries import load_queries
+    from toolkit.retrieval import cosine_distances, fuse, order_by
+
+    report = evaluate(docs, queries, LEXICAL_SPEC, embedder=embedder, k=5, cache=cache, retrieval=LEXICAL_RETRIEVALS,
+                      conn=conn)  # fmt: skip
+    rows = [(r.retrieval, r) for r in report.configs]
+    # The ranking before BM25, fused the same way (RRF k = 60, its default then, and 10).
+    documents = read_corpus(docs)
+    labelled = load_queries(queries, documents)
+    chunker = get_chunker(LEXICAL_SPEC, embedder=embedder)
+    chunks = [c for d, t in documents.items() for c in chunker.chunk(t, d)]
+    ids = [c.chunk_id for c in chunks]
+    vectors = cache.embed_documents(embedder, [c.embed_text for c in chunks])
+    distances = cosine_distances(cache.embed_queries(embedder, [q.query for q in labelled]), vectors)
+    vector_orders = [order_by(row, ids, descending=False)[:50] for row in distances]
+    legacy = legacy_text_ranks(conn, chunks, [q.query for q in labelled])
+    for rrf_k in (60, 10):
+        hits = [[chunks[i] for i in fuse(v, t, ids, 20, rrf_k)] for v, t in zip(vector_orders, legacy, strict=True)]
+        result = score_config(LEXICAL_SPEC, chunker.version, chunks, None, hits, documents, labelled, 5, 2.0,
+                              budget=5 * chunker.spec.size)  # fmt: skip
+        rows.append((f"hybrid with ts_rank_cd (before BM25), rrf_k={rrf_k}", result))
+    lines = [f"| retrieval ({name}, `{LEXICAL_SPEC}`) | span recall | IoU | recall@5 | tokens / query |",
+             "|" + " --- |" * 5]  # fmt: skip
+    for label, r in rows:
+        lines.append(f"| {label} | {100 * r.span_recall:.1f} | {100 * r.span_iou:.2f} | {r.recall:.3f} "
+                     f"| {r.retrieved_tokens:,.0f} |")  # fmt: skip
+    return lines
+
+
 def main() -> None:
     from toolkit import migrate
     from toolkit.database import connect, start_embedded, stop_embedded
@@ -167,6 +233,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=str(default_cache_dir()))
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--no-cost", action="store_true", help="skip the chunking-cost timings")
+    parser.add_argument("--lexical-study", action="store_true", help="only the study of the lexical side (MiniLM)")
     args = parser.parse_args()
 
     data_dir = None
@@ -178,6 +245,17 @@ def main() -> None:
     migrate.upgrade(url)
     started = time.monotonic()
     reports = {}
+    if args.lexical_study:
+        try:
+            with connect(url, autocommit=True) as conn, EmbeddingCache(args.cache_dir) as cache:
+                embedder = get_embedder(args.models.split(",")[0])
+                for name, (docs, queries) in sets(args.sets.split(",")).items():
+                    print("\n".join(lexical_study(conn, embedder, cache, name, docs, queries)), "\n", flush=True)
+        finally:
+            if data_dir is not None:
+                stop_embedded(data_dir)
+                shutil.rmtree(data_dir, ignore_errors=True)
+        return
     try:
         with connect(url, autocommit=True) as conn, EmbeddingCache(args.cache_dir) as cache:
             for model_ref in args.models.split(","):
