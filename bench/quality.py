@@ -152,7 +152,7 @@ def chunking_cost(model_ref: str) -> list[str]:
 
 LEXICAL_SPEC = "recursive:128:64"
 LEXICAL_RETRIEVALS = (
-    "vector,text,hybrid,hybrid:rrf_k=60,hybrid:rrf_k=30,hybrid:rrf_k=2,hybrid:candidates=20,hybrid:candidates=100,"
+    "vector:assemble=off,hybrid:assemble=off,vector,text,hybrid,hybrid:rrf_k=60,hybrid:rrf_k=30,hybrid:rrf_k=2,hybrid:candidates=20,hybrid:candidates=100,"
     "hybrid:b=0,hybrid:b=0.3,hybrid:k1=0.9,hybrid:k1=2,hybrid:config=simple"
 )
 
