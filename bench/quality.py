@@ -226,6 +226,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--sets", default="sample,plain")
+    parser.add_argument("--e5-sets", default=None, help="the sets for the models other than MiniLM (default: --sets)")
     parser.add_argument("--configs", default=None, help="chunker specs (default: the documented grid)")
     parser.add_argument("--retrievals", default=RETRIEVALS)
     parser.add_argument("--plot", default=str(ROOT / "docs" / "frontier.png"))
@@ -260,10 +261,10 @@ def main() -> None:
         with connect(url, autocommit=True) as conn, EmbeddingCache(args.cache_dir) as cache:
             for model_ref in args.models.split(","):
                 embedder = get_embedder(model_ref)
-                grid = args.configs or ",".join(
-                    CONFIGS if "MiniLM" in model_ref or "hashing" in model_ref else E5_CONFIGS
-                )
-                for name, (docs, queries) in sets(args.sets.split(",")).items():
+                small = "MiniLM" in model_ref or "hashing" in model_ref
+                grid = args.configs or ",".join(CONFIGS if small else E5_CONFIGS)
+                chosen = args.sets if small or not args.e5_sets else args.e5_sets
+                for name, (docs, queries) in sets(chosen.split(",")).items():
                     t0 = time.monotonic()
                     report = evaluate(docs, queries, grid, embedder=embedder, k=5, cache=cache, progress=True,
                                       retrieval=args.retrievals, conn=conn)  # fmt: skip

@@ -130,6 +130,10 @@ class WordPieces:
         return -(-len(text) // 2)
 
     def embed_documents(self, texts):
+        # As every real provider does: an input over the limit is refused, never truncated.
+        over = [t for t in texts if self.count_tokens(t) > self.max_input_tokens]
+        if over:
+            raise InputError(f"{len(over)} inputs over the limit")
         return HASHING.embed_documents(texts)
 
 
@@ -140,3 +144,12 @@ def test_the_limit_is_counted_with_the_models_tokenizer_for_children_too(spec):
     for chunk in get_chunker(spec, embedder=model).chunk(text, "row-security.md"):
         if not chunk.is_parent:
             assert model.count_tokens(chunk.embed_text) <= 40, chunk.embed_text
+
+
+@pytest.mark.parametrize("spec", ["semantic:30:0", "cluster:30:0:piece=30"])
+def test_strategies_that_embed_while_chunking_compare_long_sentences_by_what_fits(spec):
+    model = WordPieces()
+    text = "word " * 200 + "end. A short sentence follows. " + "Another long one " * 30 + "here."
+    chunks = get_chunker(spec, embedder=model).chunk(text, "long.txt")
+    assert chunks and all(text[c.start : c.end] == c.text for c in chunks)
+    assert all(model.count_tokens(c.embed_text) <= 40 for c in chunks)

@@ -9,26 +9,22 @@ from click.testing import CliRunner
 
 from toolkit import backfill
 from toolkit.chunking import RECOMMENDED_RETRIEVAL, get_chunker, recommended_spec
-from toolkit.chunking.recommended import RECOMMENDED_SPECS
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
 from toolkit.retrieval import parse_retrieval
 
 
 def test_the_recommendation_follows_the_input_limit():
-    assert recommended_spec(256) == "recursive:128:64"
-    assert recommended_spec(128) == recommended_spec(256)  # a smaller limit: the smallest recommendation
-    assert recommended_spec(512) == recommended_spec(8192) == recommended_spec(None) == RECOMMENDED_SPECS[-1][1]
-    for _, spec in RECOMMENDED_SPECS:
-        get_chunker(spec)  # every recommended spec is valid
-    assert parse_retrieval(RECOMMENDED_RETRIEVAL).mode == "hybrid"
-
-
-def test_each_recommended_size_leaves_room_within_its_limit():
-    # size + a heading path or title must fit the model's own count; cl100k needs fewer tokens than word pieces
-    for limit, spec in RECOMMENDED_SPECS:
+    assert recommended_spec(256) == recommended_spec(512) == recommended_spec(8192) == "recursive:128:64"
+    assert recommended_spec(None) == "recursive:128:64"
+    assert recommended_spec(128) == "recursive:64:32"  # the measured shape, scaled to a smaller limit
+    for limit in (16, 100, 128, 255, 256, 512, None):
+        chunker = get_chunker(recommended_spec(limit))  # every recommendation is a valid spec
         if limit is not None:
-            assert get_chunker(spec).spec.size <= limit // 2
+            # size + a heading path or title must fit the model's own count: cl100k needs fewer tokens than
+            # word pieces, so half the limit leaves room
+            assert chunker.spec.size <= max(8, limit // 2)
+    assert parse_retrieval(RECOMMENDED_RETRIEVAL).mode == "hybrid"
 
 
 def test_backfill_without_a_chunker_builds_the_recommended_one(database_url, make_model):

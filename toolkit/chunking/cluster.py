@@ -15,6 +15,7 @@ import numpy as np
 
 from toolkit.chunking.base import Chunker, Document, Span, trim
 from toolkit.chunking.recursive import split_range
+from toolkit.chunking.similarity import unit_vectors
 from toolkit.errors import InputError
 
 DEFAULT_PIECE = 50  # tokens, as in the report's configuration
@@ -39,14 +40,12 @@ class ClusterChunker(Chunker):
         pieces = [p for p in (trim(text, s) for s in split_range(document, Span(0, len(text)), self.piece)) if p]
         if len(pieces) <= 1:
             return pieces
-        vectors = np.asarray(self.embedder.embed_documents([text[p.start : p.end] for p in pieces]), dtype=np.float64)
+        vectors = unit_vectors(self.embedder, [text[p.start : p.end] for p in pieces])
         if vectors.shape[0] != len(pieces):
             raise InputError(
                 f"The embedder returned {vectors.shape[0]} vectors for {len(pieces)} pieces; "
                 "it must return one vector per input text."
             )
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = vectors / np.where(norms == 0, 1, norms)
         cuts = segment(vectors, lambda s, e: document.fits(pieces[s].start, pieces[e].end, self.size))
         return [Span(pieces[s].start, pieces[e].end) for s, e in cuts]
 
