@@ -18,13 +18,12 @@ import psycopg
 from psycopg import sql
 
 from toolkit import versions
+from toolkit.chunking import recommended_spec
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows, vector_schema
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
-
-DEFAULT_CHUNKER = "markdown:400:40"
 
 
 @dataclass
@@ -325,7 +324,7 @@ def _embed_all(database_url, conn, target, embedder, budget, batch_size, workers
 def backfill(
     database_url: str,
     model_alias: str,
-    chunker_spec: str = DEFAULT_CHUNKER,
+    chunker_spec: str | None = None,
     *,
     resume: bool = False,
     batch_size: int = 64,
@@ -340,7 +339,8 @@ def backfill(
     embedder=None,
 ) -> BackfillReport:
     """Creates or resumes the version for (model, chunker), chunks and embeds everything pending, then
-    builds the index and marks the version ready. ``stop`` (set by Ctrl-C) ends it after the current batch."""
+    builds the index and marks the version ready. Without ``chunker_spec``, the spec recommended for the model's
+    input limit (``toolkit.chunking.recommended_spec``). ``stop`` (set by Ctrl-C) ends it after the current batch."""
     if batch_size < 1 or workers < 1:
         raise InputError("--batch-size and --workers must be at least 1.")
     if max_cost is not None and max_cost < 0:
@@ -348,6 +348,7 @@ def backfill(
     stop = stop or threading.Event()
     started = time.perf_counter()
     with connect(database_url) as conn:
+        chunker_spec = chunker_spec or recommended_spec(get_model(conn, model_alias).max_input_tokens)
         version, created = prepare_version(
             conn, model_alias, chunker_spec, resume=resume, storage=storage, dimensions=dimensions
         )

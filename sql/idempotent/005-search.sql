@@ -323,7 +323,9 @@ BEGIN
     PERFORM toolkit._check_k(k);
     SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
     f := toolkit._search_filters(filters);
-    -- relaxed_order may return rows slightly out of order: the outer query sorts them again.
+    -- relaxed_order may return rows slightly out of order: the outer query sorts them again. Ties in distance
+    -- are broken by chunk id inside the LIMIT too (an incremental sort above the index scan), so which of
+    -- several equally distant rows make the k is decided, not left to the scan.
     BEGIN
         RETURN QUERY EXECUTE format(
             'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
@@ -331,7 +333,7 @@ BEGIN
             ' h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11, h.pages'
             ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
             '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%4$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s LIMIT $2) AS h'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s, c.chunk_id LIMIT $2) AS h'
             ' ORDER BY h.distance, h.chunk_id',
             target.distance_sql, target.distance, f.clause, target.chunk_table)
         USING query_embedding, k, tenant, target.version,
@@ -344,15 +346,16 @@ END
 $$;
 
 -- Hybrid top-k: full-text and vector candidates fused by reciprocal rank fusion (1 / (rrf_k + rank)), pinned like
--- search_chunks. Full text ranks chunks holding every query term first, then those holding some of them.
+-- search_chunks. Full text ranks by BM25 (toolkit.lexical_settings: k1, b) over the chunks holding any of the
+-- question's lexemes; toolkit.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
 CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_text text,
     query_embedding vector,
     k integer DEFAULT 10,
     filters jsonb DEFAULT '{}',
     query_model text DEFAULT NULL,
-    candidates integer DEFAULT 50,
-    rrf_k integer DEFAULT 60,
+    candidates integer DEFAULT NULL,
+    rrf_k integer DEFAULT NULL,
     query_version integer DEFAULT NULL
 )
 RETURNS TABLE (
@@ -383,33 +386,27 @@ DECLARE
     tenant text := toolkit._search_tenant();
     target record;
     f record;
-    all_terms tsquery;
-    any_term tsquery;
+    settings record;
+    lexemes text[];
     vector_sql text;
     pool integer;
+    fusion integer;
 BEGIN
     PERFORM toolkit._check_k(k);
-    IF rrf_k IS NULL OR rrf_k < 0 THEN
-        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', coalesce(rrf_k::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+    SELECT * INTO settings FROM toolkit.lexical_settings();
+    fusion := coalesce(rrf_k, settings.rrf_k);
+    IF fusion < 0 THEN
+        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', fusion USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF query_embedding IS NULL AND coalesce(query_text, '') = '' THEN
         RAISE EXCEPTION 'a hybrid search needs a query text, a query embedding or both'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    pool := greatest(coalesce(candidates, 50), k);
+    pool := greatest(coalesce(candidates, settings.candidates), k);
     SELECT * INTO target
     FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model, query_version);
     f := toolkit._search_filters(filters);
-
-    all_terms := websearch_to_tsquery(target.text_search_config, coalesce(query_text, ''));
-    -- Questions rarely share every word with their answer: also take chunks holding any term (unless a
-    -- term is negated: OR would invert it).
-    IF strpos(all_terms::text, '!') = 0 THEN
-        any_term := replace(all_terms::text, ' & ', ' | ')::tsquery;
-    ELSE
-        any_term := all_terms;
-    END IF;
+    lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
     IF query_embedding IS NULL THEN
         vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
@@ -418,19 +415,28 @@ BEGIN
             'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
             ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
             '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
-            '  ORDER BY %1$s LIMIT $14) AS h',
+            '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
             target.distance_sql, f.clause, target.chunk_table);
     END IF;
 
+    -- BM25: N and the mean length (token_count) over the searched chunks; df and tf from the chunks holding a
+    -- lexeme (found through the GIN index). Sums run over the lexemes in byte order, as Python sums them.
     BEGIN
         RETURN QUERY EXECUTE format(
             'WITH vector_hits AS MATERIALIZED (%1$s),'
-            ' text_hits AS MATERIALIZED (SELECT t.chunk_id,'
-            '  row_number() OVER (ORDER BY t.has_all DESC, t.weight DESC, t.chunk_id) AS r'
-            '  FROM (SELECT c.chunk_id, c.fts @@ $11 AS has_all, ts_rank_cd(c.fts, $12, 1) AS weight'
-            '   FROM toolkit.%3$I AS c'
-            '   WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12%2$s'
-            '   ORDER BY 2 DESC, 3 DESC, 1 LIMIT $14) AS t),'
+            ' text_stats AS MATERIALIZED (SELECT count(*)::float8 AS n,'
+            '  coalesce(sum(c.token_count), 0)::float8 AS total'
+            '  FROM toolkit.%3$I AS c WHERE c.tenant = $3 AND NOT c.is_parent%2$s),'
+            ' text_matches AS MATERIALIZED (SELECT c.chunk_id, c.token_count, l.lexeme, cardinality(l.positions) AS tf'
+            '  FROM toolkit.%3$I AS c CROSS JOIN LATERAL unnest(c.fts) AS l'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12 AND l.lexeme = ANY ($11)%2$s),'
+            ' text_terms AS (SELECT m.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf'
+            '  FROM text_matches AS m CROSS JOIN text_stats AS s GROUP BY m.lexeme, s.n),'
+            ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
+            '  FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * ($16 + 1)) / (m.tf + $16 * (1 - $17 + $17 * m.token_count'
+            '    / (s.total / s.n))) ORDER BY m.lexeme COLLATE "C") AS weight'
+            '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme CROSS JOIN text_stats AS s'
+            '   GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT $14) AS t),'
             ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
             '   v.distance, coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
             '  FROM vector_hits AS v FULL JOIN text_hits AS t ON v.chunk_id = t.chunk_id'
@@ -443,7 +449,7 @@ BEGIN
             vector_sql, f.clause, target.chunk_table)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-            all_terms, any_term, rrf_k::float8, pool, target.model_alias;
+            lexemes, toolkit._any_lexeme(lexemes), fusion::float8, pool, target.model_alias, settings.k1, settings.b;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;

@@ -27,8 +27,10 @@ def resolve_spec(
     chosen = strategy or STRATEGY_FOR_FORMAT.get(file_format, "recursive")
     if size is None:
         size = DEFAULT_SIZE
-    if overlap is None:  # one sentence, or a tenth of the size (at most the default) in tokens
-        overlap = 1 if chosen in ("sentence", "semantic") else min(DEFAULT_OVERLAP, size // 10)
+    if overlap is None:  # one sentence, or a tenth of the size (at most the default) in tokens; cluster takes none
+        overlap = (
+            1 if chosen in ("sentence", "semantic") else 0 if chosen == "cluster" else min(DEFAULT_OVERLAP, size // 10)
+        )
     return f"{chosen}:{size}:{overlap}"
 
 

@@ -23,7 +23,7 @@ from toolkit.chunking.spec import STRATEGIES
     type=click.IntRange(min=0),
     help="Overlap in tokens (default: a tenth of the size, at most 40), or in sentences (default 1).",
 )
-@click.option("--embedder", metavar="REF", help="Embedder for the semantic strategy, e.g. hashing:64.")
+@click.option("--embedder", metavar="REF", help="Embedder for the semantic and cluster strategies, e.g. hashing:64.")
 @click.option("--clean-pdf-text", is_flag=True, help="Clean PDF-extracted .txt files first (see docs).")
 @click.option(
     "--no-pdf-cleaning",
