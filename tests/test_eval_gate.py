@@ -71,7 +71,8 @@ def test_an_unreadable_baseline_is_one_sentence_and_exit_1(tmp_path, capsys):
 def test_a_deliberately_worse_chunker_fails_the_gate():
     before = BASELINE_PATH.read_text()
     # The real gate, as `make test` runs it, with 400-token fixed windows instead of the baseline's configuration:
-    # they cut answers in half and bury the rest in long chunks, so recall@5 falls far below the baseline.
+    # long chunks bury the answers in text that is not the answer, so span IoU falls far below the baseline (recall@5
+    # alone would not see it: five long passages hold more answers whole).
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "toolkit.eval_gate", "--config", "fixed:400:0"],
@@ -81,7 +82,7 @@ def test_a_deliberately_worse_chunker_fails_the_gate():
         timeout=1800,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    recall_line = next(line for line in result.stdout.splitlines() if "recall@k" in line)
-    assert "FAIL" in recall_line and "below the baseline" in recall_line
+    iou_line = next(line for line in result.stdout.splitlines() if "span IoU" in line)
+    assert "FAIL" in iou_line and "below the baseline" in iou_line
     assert "eval gate: FAILED" in result.stdout
     assert BASELINE_PATH.read_text() == before  # the baseline was not touched
