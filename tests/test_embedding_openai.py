@@ -267,6 +267,17 @@ def test_a_shared_rate_limiter_is_paused_by_retry_after(fault):
     assert log[1]["at"] - log[0]["at"] >= 1.0
 
 
+def test_the_rate_limit_holds_at_the_server_from_the_first_request(fault):
+    # 600 a minute is one every 0.1 s: 12 requests span at least 1.1 s at the server, never a burst of 600
+    # (a minute's bucket sent these 12 at once). Arrivals may be late, not early: the bounds allow lateness.
+    limiter = RateLimiter(requests_per_minute=600)
+    fast_retrying(fault, batch_size=1, rate_limiter=limiter).embed_documents([f"t{i}" for i in range(12)])
+    arrivals = [entry["at"] for entry in fault.stats()["log"]]
+    assert len(arrivals) == 12
+    assert arrivals[-1] - arrivals[0] >= 1.1 - 0.05
+    assert max(sum(1 for a in arrivals if start <= a < start + 0.5) for start in arrivals) <= 6
+
+
 def test_500_is_retried_until_it_succeeds(fault):
     fault.script({"status": 500}, {"status": 503})
     vectors = fast_retrying(fault, max_retries=3).embed_documents(["a", "b", "c"])
