@@ -14,6 +14,9 @@ from collections.abc import Callable
 from toolkit.errors import InputError
 
 WINDOW = 60.0
+# A wait this short is rounding left over from the last one: sleeping it again could loop forever on a clock
+# whose resolution is coarser.
+EPSILON = 1e-9
 
 
 class RateLimiter:
@@ -72,7 +75,7 @@ class RateLimiter:
         """Take one request and ``tokens`` tokens if that needs no waiting; return whether it did."""
         with self._lock:
             now = self._clock()
-            if self._delay(tokens, now) > 0:
+            if self._delay(tokens, now) > EPSILON:
                 return False
             self._take(tokens, now)
             return True
@@ -86,7 +89,7 @@ class RateLimiter:
             with self._lock:
                 now = self._clock()
                 wait = self._delay(tokens, now)
-                if wait <= 0:
+                if wait <= EPSILON:
                     self._take(tokens, now)
                     return waited
             self._sleep(wait)
