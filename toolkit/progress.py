@@ -76,7 +76,7 @@ class Progress:
             self.extra.update({k: str(v) for k, v in extra.items()})
             now = self._clock()
             self._samples.append((now, self.done, self.weight_done))
-            while len(self._samples) > 2 and self._samples[1][0] < now - RECENT:
+            while len(self._samples) > 2 and self._samples[0][0] < now - RECENT:
                 self._samples.popleft()
         self._start()
 
