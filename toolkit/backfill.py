@@ -464,7 +464,7 @@ def backfill(
     if max_cost is not None and max_cost < 0:
         raise InputError("--max-cost must not be negative.")
     limiter = None
-    if requests_per_minute or tokens_per_minute:
+    if requests_per_minute is not None or tokens_per_minute is not None:  # 0 is refused, not "no limit"
         from toolkit.embedding.ratelimit import RateLimiter
 
         limiter = RateLimiter(requests_per_minute, tokens_per_minute)

@@ -1,0 +1,288 @@
+"""Backfill at the speed of the wire: ``toolkit backfill`` against an OpenAI-compatible server that answers at once
+with precomputed vectors, next to a bare binary COPY of the same rows into a table of the same shape, in paired
+rounds on one embedded PostgreSQL.
+
+Each round gets a fresh database holding N single-chunk documents (~800 characters of words from the installed
+packages' descriptions), a model registered as ``openai`` pointing at this benchmark's own server on 127.0.0.1
+(its own process; it honours ``encoding_format: base64``), and then:
+
+1. ``toolkit backfill --model M --chunker recursive:400:0 --format json`` as a user runs it (a fresh process,
+   default options), timed by its own report: total seconds, the HNSW build, and the stages summed over the
+   workers (claim, chunk, embed, write, commit);
+2. a bare binary COPY of the rows that backfill wrote (read back outside the timing) into a fresh table made
+   by ``create_version`` (the same DDL: primary key, (tenant, doc_id) index, generated tsvector and its GIN
+   index; no HNSW), in one transaction.
+
+The ratio of each round is backfill without the HNSW build over the bare COPY; the figure is the median round.
+
+    .venv/bin/python bench/backfill.py                       # 20k rows, 3 rounds: print the table
+    .venv/bin/python bench/backfill.py --rows 200000 --rounds 2
+    .venv/bin/python bench/backfill.py --rows 20000,200000 --write   # also update docs/benchmarks.md
+
+It runs its own embedded PostgreSQL under /tmp and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+DIMS = 384
+CHUNKER = "recursive:400:0"
+TENANT = "bench"
+POOL = 4096
+SECTION = "## Backfill against a fast embedding server"
+
+
+# -- the embedding server (run in its own process: ``python bench/backfill.py --serve``) -----------------------
+def serve() -> None:
+    """An OpenAI-compatible ``/v1/embeddings`` that answers from a pool of precomputed unit vectors (chosen by the
+    CRC-32 of each text), base64 when asked, JSON numbers otherwise."""
+    rng = np.random.default_rng(0)
+    pool = rng.standard_normal((POOL, DIMS)).astype("<f4")
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
+    as_base64 = [base64.b64encode(v.tobytes()).decode("ascii") for v in pool]
+    as_json = [json.dumps([float(x) for x in v]) for v in pool]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            inputs = body.get("input") or []
+            inputs = [inputs] if isinstance(inputs, str) else inputs
+            table = as_base64 if body.get("encoding_format") == "base64" else as_json
+            quote = '"' if table is as_base64 else ""
+            items = ",".join(
+                f'{{"object":"embedding","index":{i},"embedding":{quote}'
+                f"{table[zlib.crc32(text.encode()) % POOL]}{quote}}}"
+                for i, text in enumerate(inputs)
+            )
+            payload = (
+                f'{{"object":"list","model":"bench","data":[{items}],"usage":{{"prompt_tokens":0,"total_tokens":0}}}}'
+            )
+            data = payload.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(f"READY {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+class EmbeddingServer:
+    def __enter__(self) -> EmbeddingServer:
+        self.process = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
+        line = self.process.stdout.readline()
+        assert line.startswith("READY "), line
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.process.terminate()
+        self.process.wait()
+
+
+# -- corpus and measurements -----------------------------------------------------------------------------------
+def documents(count: int, seed: int = 0) -> list[tuple[str, str]]:
+    from ingest import vocabulary
+
+    vocab = vocabulary()
+    rng = np.random.default_rng(seed)
+    out = []
+    for number in range(count):
+        words, size = [], 0
+        while size < 800:
+            word = vocab[int(rng.integers(0, len(vocab)))]
+            words.append(word)
+            size += len(word) + 1
+        out.append((f"doc{number:07d}.md", " ".join(words).capitalize() + "."))
+    return out
+
+
+def store(url: str, docs: list[tuple[str, str]]) -> None:
+    from toolkit.database import connect
+    from toolkit.ingest import document_hash
+
+    with connect(url) as conn, conn.transaction(), conn.cursor() as cur, cur.copy(
+        "COPY toolkit.documents (tenant, doc_id, source, title, format, raw_text, content_hash) FROM STDIN"
+    ) as copy:
+        for doc_id, text in docs:
+            copy.write_row((TENANT, doc_id, doc_id, doc_id, "text", text, document_hash(text)))
+
+
+def register(url: str, base_url: str) -> None:
+    from toolkit.database import connect
+    from toolkit.models import register_model
+
+    with connect(url) as conn:
+        register_model(conn, "fast", "openai", "bench-model", dimensions=DIMS, base_url=base_url)
+        conn.commit()
+
+
+def run_cli_backfill(url: str, extra: list[str]) -> dict:
+    env = dict(os.environ)
+    env.pop("OPENAI_API_KEY", None)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "toolkit", "--database-url", url, "backfill", "--model", "fast", "--chunker", CHUNKER,
+         "--format", "json", *extra],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["state"] == "ready", report
+    report["process_wall_s"] = wall
+    report["without_index_s"] = report["seconds"] - (report["index_seconds"] or 0.0)
+    return report
+
+
+def bare_copy(url: str, version: int) -> dict:
+    from psycopg import sql
+
+    from toolkit import versions
+    from toolkit.database import connect
+    from toolkit.ingest import _COPY_TYPES, CHUNK_COLUMNS
+
+    table = sql.Identifier("toolkit", f"chunks_v{version}")
+    columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+    with connect(url) as conn:
+        rows = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY tenant, doc_id, position").format(columns, table))
+        rows = rows.fetchall()
+        fresh = versions.create_version(conn, "fast", CHUNKER, "bare-copy@1")
+        conn.commit()
+        conn.execute("CHECKPOINT")
+        conn.commit()
+        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier("toolkit", f"chunks_v{fresh}"), columns
+        )
+        started = time.perf_counter()
+        with conn.transaction(), conn.cursor() as cur, cur.copy(query) as copy:
+            copy.set_types([*_COPY_TYPES, "vector"])
+            for row in rows:
+                copy.write_row(row)
+        seconds = time.perf_counter() - started
+    return {"rows": len(rows), "seconds": seconds, "rows_per_s": len(rows) / seconds}
+
+
+def run(args) -> dict:
+    from ingest import Server
+
+    results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sizes": {}}
+    results["uptime_start"] = uptime()
+    with Server("toolkit-bench-backfill-") as pg, EmbeddingServer() as server:
+        for size in args.rows:
+            docs = documents(size)
+            rounds = []
+            for number in range(args.rounds):
+                url = pg.new_database(f"bench_backfill_{size}_{number}")
+                store(url, docs)
+                register(url, server.url)
+                backfill = run_cli_backfill(url, args.backfill_option)
+                bare = bare_copy(url, backfill["version"])
+                ratio = bare["seconds"] / backfill["without_index_s"]
+                rounds.append({"backfill": backfill, "bare_copy": bare, "ratio": ratio, "uptime": uptime()})
+                print(
+                    f"{size} rows, round {number + 1}: backfill {backfill['seconds']:.2f} s"
+                    f" ({backfill['without_index_s']:.2f} s without the HNSW build), bare COPY {bare['seconds']:.2f} s,"
+                    f" ratio {ratio:.2f}; {uptime()}",
+                    flush=True,
+                )
+            results["sizes"][size] = rounds
+    results["uptime_end"] = uptime()
+    return results
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
+def render(results: dict, args) -> str:
+    lines = [
+        SECTION,
+        "",
+        f"Command: `.venv/bin/python bench/backfill.py --rows {','.join(map(str, args.rows))} --rounds {args.rounds}`"
+        f" ({results['date']}). One embedded PostgreSQL 18.6 + pgvector 0.8.6, default settings; the benchmark's own"
+        " OpenAI-compatible server (a separate process on 127.0.0.1, precomputed unit vectors, base64 when asked);"
+        f" single-chunk documents of ~800 characters, `{CHUNKER}`, {DIMS} dimensions. `uptime` at the start:"
+        f" `{results['uptime_start']}`; at the end: `{results['uptime_end']}`.",
+        "",
+        "| rows | round | backfill s (total) | HNSW build s | backfill s without it | bare COPY s | bare / backfill |"
+        " claim / chunk / embed / write / commit s (summed over workers) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for size, rounds in results["sizes"].items():
+        for number, r in enumerate(rounds, 1):
+            b, s = r["backfill"], r["backfill"]["stages"]
+            stages = " / ".join(f"{s.get(k, 0):.2f}" for k in ("claim", "chunk", "embed", "write", "commit"))
+            lines.append(
+                f"| {int(size):,} | {number} | {b['seconds']:.2f} | {b['index_seconds']:.2f} |"
+                f" {b['without_index_s']:.2f} | {r['bare_copy']['seconds']:.2f} | {r['ratio']:.2f} | {stages} |"
+            )
+    lines.append("")
+    for size, rounds in results["sizes"].items():
+        ratio = statistics.median(r["ratio"] for r in rounds)
+        rate = statistics.median(r["backfill"]["rows_written"] / r["backfill"]["without_index_s"] for r in rounds)
+        lines.append(
+            f"- {int(size):,} rows: backfill without the HNSW build / bare COPY **{ratio:.2f}×** (median of"
+            f" {len(rounds)} rounds; target ≥ 0.5), {rate:,.0f} rows/s."
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", default="20000", help="comma-separated corpus sizes (documents = rows)")
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds of backfill and bare COPY per size")
+    parser.add_argument(
+        "--backfill-option", action="append", default=[], help="an extra `toolkit backfill` option (repeatable)"
+    )
+    parser.add_argument("--write", action="store_true", help="update the section in docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.serve:
+        serve()
+        return
+    args.rows = [int(x) for x in args.rows.split(",")]
+    results = run(args)
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "backfill.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    section = render(results, args)
+    print()
+    print(section)
+    if args.write:
+        from report import write_section
+
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, section)
+
+
+if __name__ == "__main__":
+    main()
