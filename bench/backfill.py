@@ -129,9 +129,14 @@ def store(url: str, docs: list[tuple[str, str]]) -> None:
     from toolkit.database import connect
     from toolkit.ingest import document_hash
 
-    with connect(url) as conn, conn.transaction(), conn.cursor() as cur, cur.copy(
-        "COPY toolkit.documents (tenant, doc_id, source, title, format, raw_text, content_hash) FROM STDIN"
-    ) as copy:
+    with (
+        connect(url) as conn,
+        conn.transaction(),
+        conn.cursor() as cur,
+        cur.copy(
+            "COPY toolkit.documents (tenant, doc_id, source, title, format, raw_text, content_hash) FROM STDIN"
+        ) as copy,
+    ):
         for doc_id, text in docs:
             copy.write_row((TENANT, doc_id, doc_id, doc_id, "text", text, document_hash(text)))
 
