@@ -14,10 +14,14 @@ packages' descriptions), a model registered as ``openai`` pointing at this bench
    index; no HNSW), in one transaction.
 
 The ratio of each round is backfill without the HNSW build over the bare COPY; the figure is the median round.
+With ``--pgai-venv DIR``, pgai's vectorizer worker (pgai 0.12.1 from PyPI, installed into that separate virtual
+environment if it is not there yet) embeds the same documents against the same server in each round, once with
+its defaults and once with ``processing_default(batch_size => 500, concurrency => 4)``.
 
     .venv/bin/python bench/backfill.py                       # 20k rows, 3 rounds: print the table
     .venv/bin/python bench/backfill.py --rows 200000 --rounds 2
     .venv/bin/python bench/backfill.py --rows 20000,200000 --write   # also update docs/benchmarks.md
+    .venv/bin/python bench/backfill.py --pgai-venv /tmp/pgai-venv      # with pgai's vectorizer worker
 
 It runs its own embedded PostgreSQL under /tmp and stops it at the end.
 """
@@ -196,10 +200,61 @@ def bare_copy(url: str, version: int) -> dict:
     return {"rows": len(rows), "seconds": seconds, "rows_per_s": len(rows) / seconds}
 
 
+PGAI = "pgai[vectorizer-worker]==0.12.1"
+
+
+def pgai_python(venv: Path) -> Path:
+    """The Python of a virtual environment holding pgai's worker, created and installed from PyPI if missing."""
+    python = venv / "bin" / "python"
+    if not (venv / "bin" / "pgai").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", PGAI], check=True)
+    return python
+
+
+def run_pgai(url: str, venv: Path, base_url: str, docs: list[tuple[str, str]], tuned: bool) -> dict:
+    """pgai's vectorizer over a plain table of the same documents: install its schema, create a vectorizer
+    (column loading, its recursive splitter with chunks larger than a document, no index, no schedule), then
+    time ``pgai vectorizer worker --once`` until the queue is empty."""
+    import psycopg
+
+    env = dict(os.environ, OPENAI_API_KEY="no-key-needed")
+    subprocess.run([str(venv / "bin" / "pgai"), "install", "-d", url], check=True, capture_output=True, env=env)
+    processing = "ai.processing_default(batch_size => 500, concurrency => 4)" if tuned else "ai.processing_default()"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pgai_docs (id text PRIMARY KEY, body text NOT NULL)")
+        with conn.cursor().copy("COPY pgai_docs (id, body) FROM STDIN") as copy:
+            for doc_id, text in docs:
+                copy.write_row((doc_id, text))
+        conn.execute(
+            "SELECT ai.create_vectorizer('public.pgai_docs'::regclass,"
+            " loading => ai.loading_column('body'),"
+            f" embedding => ai.embedding_openai('bench-model', {DIMS}, base_url => %s),"
+            " chunking => ai.chunking_recursive_character_text_splitter(chunk_size => 4000, chunk_overlap => 0),"
+            " indexing => ai.indexing_none(), scheduling => ai.scheduling_none(),"
+            f" processing => {processing},"
+            " destination => ai.destination_table('pgai_docs_embeddings'))",
+            (base_url,),
+        )
+        conn.execute("CHECKPOINT")
+    started = time.perf_counter()
+    done = subprocess.run(
+        [str(venv / "bin" / "pgai"), "vectorizer", "worker", "-d", url, "--once"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT count(*) FROM pgai_docs_embeddings_store").fetchone()[0]
+    assert done.returncode == 0 and rows >= len(docs), (done.returncode, rows, done.stderr[-2000:])
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds, "tuned": tuned}
+
+
 def run(args) -> dict:
     from ingest import Server
 
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "sizes": {}}
+    if args.pgai_venv:
+        pgai_python(args.pgai_venv)
     results["uptime_start"] = uptime()
     with Server("toolkit-bench-backfill-") as pg, EmbeddingServer() as server:
         for size in args.rows:
@@ -212,7 +267,18 @@ def run(args) -> dict:
                 backfill = run_cli_backfill(url, args.backfill_option)
                 bare = bare_copy(url, backfill["version"])
                 ratio = bare["seconds"] / backfill["without_index_s"]
-                rounds.append({"backfill": backfill, "bare_copy": bare, "ratio": ratio, "uptime": uptime()})
+                entry = {"backfill": backfill, "bare_copy": bare, "ratio": ratio, "uptime": uptime()}
+                if args.pgai_venv:
+                    for tuned in (False, True):
+                        pgai_url = pg.new_database(f"bench_pgai_{size}_{number}_{int(tuned)}")
+                        entry["pgai_tuned" if tuned else "pgai"] = run_pgai(
+                            pgai_url, args.pgai_venv, server.url, docs, tuned
+                        )
+                        print(
+                            f"  pgai{' (tuned)' if tuned else ''}: {entry['pgai_tuned' if tuned else 'pgai']}",
+                            flush=True,
+                        )
+                rounds.append(entry)
                 print(
                     f"{size} rows, round {number + 1}: backfill {backfill['seconds']:.2f} s"
                     f" ({backfill['without_index_s']:.2f} s without the HNSW build), bare COPY {bare['seconds']:.2f} s,"
@@ -258,6 +324,15 @@ def render(results: dict, args) -> str:
             f"- {int(size):,} rows: backfill without the HNSW build / bare COPY **{ratio:.2f}×** (median of"
             f" {len(rounds)} rounds; target ≥ 0.5), {rate:,.0f} rows/s."
         )
+        if all("pgai" in r for r in rounds):
+            default = statistics.median(r["pgai"]["rows_per_s"] for r in rounds)
+            tuned = statistics.median(r["pgai_tuned"]["rows_per_s"] for r in rounds)
+            lines.append(
+                f"- {int(size):,} rows, pgai 0.12.1 vectorizer worker (`pgai vectorizer worker --once`, its own"
+                f" virtual environment, same server): {default:,.0f} rows/s with its defaults, {tuned:,.0f} rows/s"
+                f" with batch 500 and concurrency 4; toolkit backfill / pgai: **{rate / default:.1f}×** /"
+                f" {rate / tuned:.1f}×."
+            )
     lines.append("")
     return "\n".join(lines)
 
@@ -269,6 +344,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds of backfill and bare COPY per size")
     parser.add_argument(
         "--backfill-option", action="append", default=[], help="an extra `toolkit backfill` option (repeatable)"
+    )
+    parser.add_argument(
+        "--pgai-venv",
+        type=Path,
+        help="also run pgai's vectorizer worker from this virtual environment (made if missing)",
     )
     parser.add_argument("--write", action="store_true", help="update the section in docs/benchmarks.md")
     args = parser.parse_args()
