@@ -103,6 +103,14 @@ def backfill(
             stop=stop,
             progress=Progress("backfill", unit="documents"),
         )
+    except KeyboardInterrupt:
+        # The second Ctrl-C: the batches in flight are abandoned; their transactions roll back with the connections.
+        click.echo(
+            f"\ntoolkit: aborted; the batches in flight were rolled back. Continue with: toolkit backfill --model "
+            f"{model_alias} --chunker {chunker_spec} --resume",
+            err=True,
+        )
+        sys.exit(130)
     finally:
         signal.signal(signal.SIGINT, previous)
     if output_format == "json":
