@@ -24,13 +24,13 @@ import psycopg
 from psycopg import sql
 
 from toolkit import versions
+from toolkit.chunking import recommended_spec
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.ingest import LiveVersion, chunk_row, copy_chunk_rows, known_embeddings
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
 
-DEFAULT_CHUNKER = "markdown:400:40"
 # Workers (connections) by default: two keep a model call and the chunking or writing of another batch in
 # flight at once, which is what keeps both cores busy; more only help a remote model with a long round trip.
 DEFAULT_WORKERS = 2
@@ -89,25 +89,13 @@ def _version_row(conn, version: int):
         ).fetchone()
 
 
-def lock_version_writes(conn: psycopg.Connection, version: int, *, exclusive: bool = False) -> None:
-    """The version's write lock, for the rest of the transaction: every backfill batch holds it shared while it
-    writes, and ``mark_version_ready`` (and the final check of a backfill) takes it exclusively, so no batch is
-    still in flight when a version is declared complete."""
-    function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-    conn.execute(
-        sql.SQL("SELECT {}(hashtext('toolkit.version-rows:' || %s::text))").format(sql.Identifier(function)),
-        (version,),
-    )
-
-
-def lock_version_finalize(conn: psycopg.Connection, version: int, *, unlock: bool = False) -> None:
-    """The session lock one backfill holds while it builds the index and marks the version ready."""
-    function = "pg_advisory_unlock" if unlock else "pg_advisory_lock"
-    with conn.transaction():
-        conn.execute(
-            sql.SQL("SELECT {}(hashtextextended(%s, 0))").format(sql.Identifier(function)),
-            (f"toolkit.finalize\x1f{version}",),
-        )
+def lock_version_writes(conn: psycopg.Connection, target: LiveVersion, *, exclusive: bool = False) -> None:
+    """The version's table lock for the rest of the transaction. A batch takes ROW EXCLUSIVE before it claims
+    (writers do not block each other); ``mark_version_ready`` and the final check of a backfill take SHARE, which
+    waits for every batch in flight, claimed documents included, and keeps new ones out. A reader holds SELECT
+    only, so it can take neither."""
+    mode = sql.SQL("SHARE" if exclusive else "ROW EXCLUSIVE")
+    conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(target.table, mode))
 
 
 def prepare_version(
@@ -251,7 +239,8 @@ class _Run:
 
 def _claim(conn, version: int, after: tuple[str, str], documents: int) -> list[tuple]:
     return conn.execute(
-        "SELECT tenant, doc_id, raw_text, access_labels, rewrite FROM toolkit.claim_pending_documents(%s, %s, %s, %s)",
+        "SELECT tenant, doc_id, raw_text, access_labels, rewrite, pages"
+        " FROM toolkit.claim_pending_documents(%s, %s, %s, %s)",
         (version, after[0], after[1], documents),
     ).fetchall()
 
@@ -262,7 +251,7 @@ def _write_batch(conn, run: _Run) -> bool:
     stages: dict[str, float] = {}
     began = time.perf_counter()
     with translate_errors(), conn.transaction():
-        lock_version_writes(conn, version)
+        lock_version_writes(conn, target)
         state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
         if state is None or state[0] != "building":
             run.outcome = run.outcome or "not building"
@@ -275,12 +264,12 @@ def _write_batch(conn, run: _Run) -> bool:
         # Documents finished by someone else between the scan and the lock come back without their text.
         work = [row for row in claimed if row[2] is not None]
         mark = time.perf_counter()
-        documents = []  # (tenant, doc_id, labels, rewrite, chunks, children, counts, bytes)
-        for tenant, doc_id, text, labels, rewrite in work:
+        documents = []  # (tenant, doc_id, labels, rewrite, chunks, children, counts, bytes, pages)
+        for tenant, doc_id, text, labels, rewrite, pages in work:
             chunks = target.chunker.chunk(text, doc_id=doc_id)
             children = [chunk for chunk in chunks if not chunk.is_parent]
             counts = embedder.count_chunk_tokens(children)
-            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, len(text)))
+            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, len(text), pages))
         stages["chunk"] = time.perf_counter() - mark
         # Whole documents within --max-cost: the rest stay pending (their locks go with this transaction).
         taken, tokens = [], 0
@@ -297,7 +286,7 @@ def _write_batch(conn, run: _Run) -> bool:
             mark = time.perf_counter()
             known = _known_for_rewrite(conn, target, taken)
             texts, counts, hashes, seen = [], [], [], set(known)
-            for _tenant, _doc, _labels, _rewrite, _chunks, children, child_counts, _size in taken:
+            for _tenant, _doc, _labels, _rewrite, _chunks, children, child_counts, _size, _pages in taken:
                 for chunk, count in zip(children, child_counts, strict=True):
                     if chunk.content_hash not in seen:  # one request per distinct text
                         seen.add(chunk.content_hash)
@@ -317,8 +306,8 @@ def _write_batch(conn, run: _Run) -> bool:
             raise
         mark = time.perf_counter()
         rows = [
-            chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash])
-            for tenant, doc_id, labels, _rewrite, chunks, _children, _counts, _size in taken
+            chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], pages)
+            for tenant, doc_id, labels, _rewrite, chunks, _children, _counts, _size, pages in taken
             for chunk in chunks
         ]
         copy_chunk_rows(conn, target, rows)
@@ -381,12 +370,12 @@ def _work_left(conn, target: LiveVersion) -> int:
     """Pending documents that make at least one chunk, once no batch of any backfill is in flight (under the
     exclusive write lock). Documents that make no chunk stay pending and count as done."""
     with translate_errors(), conn.transaction():
-        lock_version_writes(conn, target.version, exclusive=True)
+        lock_version_writes(conn, target, exclusive=True)
         count, _ = conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (target.version,)).fetchone()
         if count > FINAL_CHECK_DOCUMENTS:
             return count
         left = 0
-        for _tenant, doc_id, text, _labels, _rewrite in _claim(conn, target.version, ("", ""), count + 1):
+        for _tenant, doc_id, text, *_ in _claim(conn, target.version, ("", ""), count + 1):
             if text is not None and target.chunker.chunk(text, doc_id=doc_id):
                 left += 1
         return left
@@ -397,31 +386,29 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
 
     Returns "pending" when rows still wait for an embedding, and None when the version is no longer building
     (a concurrent backfill finished it)."""
-    lock_version_finalize(conn, version)
-    try:
-        if _version_row(conn, version)[6] != "building":
-            return None
-        with conn.transaction():
-            if versions.version_pending_rows(conn, version) > 0:
-                return "pending"
-        # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are
-        # no dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
-        with conn.transaction():
-            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
-        started = time.perf_counter()
-        versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
-        seconds = time.perf_counter() - started
-        if not _index_valid(conn, version):
-            raise StateError(
-                f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
-            )
-        try:
-            versions.mark_version_ready(conn, version)
-        except StateError:
+    # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
+    # second build), and marking a version ready twice is a no-op.
+    if _version_row(conn, version)[6] != "building":
+        return None
+    with conn.transaction():
+        if versions.version_pending_rows(conn, version) > 0:
             return "pending"
-        return seconds
-    finally:
-        lock_version_finalize(conn, version, unlock=True)
+    # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
+    # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
+    with conn.transaction():
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
+    started = time.perf_counter()
+    versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
+    seconds = time.perf_counter() - started
+    if not _index_valid(conn, version):
+        raise StateError(
+            f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
+        )
+    try:
+        versions.mark_version_ready(conn, version)
+    except StateError:
+        return "pending"
+    return seconds
 
 
 def _index_valid(conn, version: int) -> bool:
@@ -432,7 +419,7 @@ def _index_valid(conn, version: int) -> bool:
 def backfill(
     database_url: str,
     model_alias: str,
-    chunker_spec: str = DEFAULT_CHUNKER,
+    chunker_spec: str | None = None,
     *,
     resume: bool = False,
     batch_size: int | None = None,
@@ -449,6 +436,7 @@ def backfill(
     """Creates or resumes the version for (model, chunker), writes every pending document, then builds the index
     and marks the version ready. ``stop`` (set by Ctrl-C) ends it after the batches in flight.
 
+    Without ``chunker_spec``, the spec recommended for the model's input limit (``toolkit.chunking.recommended_spec``).
     ``batch_size`` aims each transaction at about that many rows (whole documents); by default a batch is about
     ``TARGET_BATCH_SECONDS`` of the model's work. ``workers`` connections write at once (default 2)."""
     # Everything that can be refused is refused before anything is written (no version is created for a run
@@ -469,6 +457,7 @@ def backfill(
     started = time.perf_counter()
     with connect(database_url) as conn:
         model = get_model(conn, model_alias)
+        chunker_spec = chunker_spec or recommended_spec(model.max_input_tokens)
         if embedder is None:
             extra = {"rate_limiter": limiter} if model.provider == "openai" and limiter else {}
             embedder = embedder_for_model(model, dimensions, **extra)

@@ -17,7 +17,14 @@ from pathlib import Path
 import psycopg
 from psycopg import errors as pg_errors
 
-from toolkit.errors import DatabaseError, InputError, ModelMismatchError, StateError
+from toolkit.errors import (
+    DatabaseError,
+    InputError,
+    LockTimeoutError,
+    ModelMismatchError,
+    StateError,
+    VersionUnavailableError,
+)
 
 DATABASE_NAME = "toolkit"
 MIN_SERVER_VERSION_NUM = 150000
@@ -177,7 +184,8 @@ def describe_database_error(error: psycopg.Error) -> str:
     if error.sqlstate == "42501":
         return (
             f"The database refused: {message}. Connect as a role with the toolkit privileges: a member of "
-            "toolkit_writer for ingest, backfill, verify and cutover, of toolkit_reader for search (see docs/sql.md)."
+            "toolkit_writer for ingest and backfill, of toolkit_deployer for verify, canary, cutover, rollback and "
+            "retire, of toolkit_reader for search (see docs/security.md)."
         )
     if error.sqlstate == "42P01":
         return f"The database says: {message}. A version may have been retired meanwhile; run toolkit status."
@@ -194,19 +202,25 @@ _INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502", "
 
 
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turns PostgreSQL errors raised by toolkit functions into the library's exceptions."""
+def translate_errors(*, retry_locks: bool = False) -> Iterator[None]:
+    """Turns PostgreSQL errors raised by toolkit functions into the library's exceptions. With ``retry_locks``, a
+    bare lock timeout (a statement's own lock_timeout, not a toolkit lock's message) is re-raised as it is, for a
+    caller that retries."""
     try:
         yield
-    except pg_errors.LockNotAvailable:
-        raise
     except psycopg.Error as error:
         diag = error.diag
         message = diag.message_primary or str(error).strip()
         hint = f" {diag.message_hint}" if diag.message_hint else ""
         text = message[0].upper() + message[1:] + "." + hint if message else str(error)
+        if isinstance(error, pg_errors.LockNotAvailable):
+            if retry_locks and message.startswith("canceling statement due to lock timeout"):
+                raise
+            raise LockTimeoutError(text) from error
         if error.sqlstate == "TK001":
             raise ModelMismatchError(text) from error
+        if error.sqlstate == "TK002":
+            raise VersionUnavailableError(text) from error
         if error.sqlstate in _STATE_CODES:
             raise StateError(text) from error
         if error.sqlstate in _INPUT_CODES:

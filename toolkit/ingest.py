@@ -22,13 +22,13 @@ from typing import NamedTuple
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.models import Model, embedder_for_model, get_model
 from toolkit.progress import Progress
 
-LIVE_STATES = ("building", "ready", "verified", "active", "standby")
 CHUNK_COLUMNS = (
     "tenant",
     "chunk_id",
@@ -44,6 +44,7 @@ CHUNK_COLUMNS = (
     "content_hash",
     "token_count",
     "access_labels",
+    "pages",
     "embedding",
 )
 _COPY_TYPES = [
@@ -61,6 +62,7 @@ _COPY_TYPES = [
     "text",
     "int4",
     "text[]",
+    "int4[]",
 ]
 
 
@@ -111,19 +113,15 @@ class _VersionsChanged(Exception):
 def lock_live_version_ids(conn: psycopg.Connection) -> list[int]:
     """Takes the shared version-set lock (create_version and retire_version take it exclusively) for the rest of
     the transaction and returns the live versions as they are now: a write never misses a new version."""
-    conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext('toolkit.version-set'))")
-    rows = conn.execute(
-        "SELECT version FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version", (list(LIVE_STATES),)
-    ).fetchall()
-    return [r[0] for r in rows]
+    conn.execute("SELECT toolkit.lock_version_set(false)")
+    return [r[0] for r in conn.execute("SELECT version FROM toolkit.live_versions()").fetchall()]
 
 
 def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
     with conn.transaction():
         rows = conn.execute(
             "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions"
-            " FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version",
-            (list(LIVE_STATES),),
+            " FROM toolkit.live_versions()"
         ).fetchall()
     return [
         LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims) for v, alias, spec, cv, storage, dims in rows
@@ -197,8 +195,11 @@ def _stored_vector(value) -> np.ndarray:
     )
 
 
-def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector) -> tuple:
-    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed)."""
+def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=None) -> tuple:
+    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed; ``pages`` is
+    where each page starts in the document's text, for a PDF)."""
+    from toolkit.pdf import pages_of_span
+
     return (
         tenant,
         chunk.chunk_id,
@@ -214,6 +215,7 @@ def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector) -> tup
         chunk.content_hash,
         chunk.token_count,
         labels,
+        pages_of_span(pages, chunk.start, chunk.end),
         vector,
     )
 
@@ -261,7 +263,7 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
             "CREATE TEMP TABLE IF NOT EXISTS toolkit_chunk_rows (tenant text, chunk_id text, doc_id text,"
             " parent_id text, is_parent boolean, position integer, start_offset integer, end_offset integer,"
             " heading_path text[], context text, text text, content_hash text, token_count integer,"
-            " access_labels text[], embedding {}) ON COMMIT DELETE ROWS"
+            " access_labels text[], pages integer[], embedding {}) ON COMMIT DELETE ROWS"
         ).format(vector_type)
     )
     with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(staging, columns)) as copy:
@@ -289,12 +291,12 @@ def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str,
 
 
 def _lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]) -> None:
-    # Ingest and backfill both write a document's rows; a lock per (tenant, document), taken in a fixed
-    # order, keeps them from interleaving without blocking work on other documents. executemany pipelines
-    # the statements: one round trip for the batch, still run one after the other in this order.
-    keys = [(f"toolkit.doc\x1f{tenant}\x1f{doc_id}",) for doc_id in sorted(set(doc_ids))]
-    if keys:
-        conn.cursor().executemany("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", keys)
+    # Ingest and backfill both write a document's rows; the document's row, locked FOR UPDATE in a fixed order
+    # (toolkit.lock_documents), keeps them from interleaving without blocking work on other documents. A new
+    # document has no row yet: inserting it locks it.
+    ids = sorted(set(doc_ids))
+    if ids:
+        conn.execute("SELECT toolkit.lock_documents(%s, %s)", (tenant, ids))
 
 
 def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:
@@ -570,7 +572,9 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
             embedded += len(missing)
         reused += children - len(missing)  # every other child takes a stored vector or one of this batch
         rows_by_version[target.version] = [
-            chunk_row(tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash])
+            chunk_row(
+                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], doc.pages
+            )
             for doc, chunks in chunked
             for chunk in chunks
         ]
@@ -598,13 +602,25 @@ def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: I
         conn.cursor().executemany(
             "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
             " access_labels, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+            " jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
             " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
             " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
-            " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
+            " access_labels = EXCLUDED.access_labels, metadata = (d.metadata - 'pages') || EXCLUDED.metadata,"
             " updated_at = now()",
             [
-                (tenant, doc.doc_id, str(doc.source), doc.title or "", doc.format, doc.text, digest, labels, root)
+                (
+                    tenant,
+                    doc.doc_id,
+                    str(doc.source),
+                    doc.title or "",
+                    doc.format,
+                    doc.text,
+                    digest,
+                    labels,
+                    root,
+                    None if doc.pages is None else Jsonb(list(doc.pages)),
+                )
                 for root, doc, digest in work
             ],
         )

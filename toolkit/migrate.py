@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 
 from toolkit.errors import DatabaseError
 from toolkit.schema import migrations_dir
@@ -19,27 +20,48 @@ def _config(url: str, stdout=None):
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrades the database to ``revision`` (default: head) in one transaction."""
+@dataclass
+class MigrationResult:
+    """What a migration did: ``changed`` is False when the database was already at the revision with this
+    installation's SQL; ``notices`` are the warnings meant for the operator (e.g. secrets removed)."""
+
+    revision: str
+    changed: bool
+    notices: list[str] = field(default_factory=list)
+
+
+def upgrade(url: str, revision: str = "head", *, reapply: bool = False) -> MigrationResult:
+    """Upgrades the database to ``revision`` (default: head) in one transaction; at head with this installation's
+    SQL already in place it does nothing (``reapply`` re-applies the idempotent SQL anyway)."""
     from alembic import command
 
-    _run(command.upgrade, url, revision)
+    return _run(command.upgrade, url, revision, direction="upgrade", reapply=reapply)
 
 
-def downgrade(url: str, revision: str) -> None:
-    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema)."""
+def downgrade(url: str, revision: str, *, force: bool = False) -> MigrationResult:
+    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema). A downgrade that would delete
+    data is refused, naming what it would delete, unless ``force``."""
     from alembic import command
 
-    _run(command.downgrade, url, revision)
+    return _run(command.downgrade, url, revision, direction="downgrade", force=force)
 
 
-def _run(action, url: str, revision: str) -> None:
+def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
     import psycopg
+    from alembic.util import CommandError
 
+    config = _config(url)
+    config.attributes.update(attributes)
     try:
-        action(_config(url), revision)
+        action(config, revision)
     except psycopg.Error as error:
-        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {error}".strip()) from error
+        message = error.diag.message_primary or str(error).strip().splitlines()[0]
+        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {message}.") from error
+    except CommandError as error:
+        raise DatabaseError(str(error)) from error
+    return MigrationResult(
+        revision, not config.attributes.get("nothing_to_do", False), list(config.attributes.get("notices", []))
+    )
 
 
 def head_revision() -> str:

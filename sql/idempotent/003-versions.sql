@@ -59,7 +59,8 @@ BEGIN
 END
 $$;
 
--- (Re)applies row-level security, policies and grants to one version's chunk table.
+-- (Re)applies row-level security, policies and grants to one version's chunk table, and records which definition
+-- of this function did it (an upgrade that does not change it then leaves the table alone).
 CREATE OR REPLACE FUNCTION toolkit._secure_version_table(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -68,33 +69,55 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tbl text := toolkit._version_table(target);
+    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
 BEGIN
-    EXECUTE format('ALTER TABLE toolkit.%I ENABLE ROW LEVEL SECURITY', tbl);
-    EXECUTE format('ALTER TABLE toolkit.%I FORCE ROW LEVEL SECURITY', tbl);
-    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON toolkit.%I', tbl);
-    EXECUTE format(
-        'CREATE POLICY tenant_isolation ON toolkit.%I AS PERMISSIVE FOR ALL TO public'
-        ' USING (tenant = (SELECT toolkit.current_tenant()))'
-        ' WITH CHECK (tenant = (SELECT toolkit.current_tenant()))', tbl);
-    EXECUTE format('DROP POLICY IF EXISTS service_access ON toolkit.%I', tbl);
-    EXECUTE format(
-        'CREATE POLICY service_access ON toolkit.%I AS PERMISSIVE FOR ALL TO toolkit_writer, toolkit_owner'
-        ' USING (true) WITH CHECK (true)', tbl);
+    PERFORM toolkit._secure_tenant_table(tbl);
     -- Restrictive: a labelled row is visible only to principals holding one of its labels.
-    EXECUTE format('DROP POLICY IF EXISTS access_labels ON toolkit.%I', tbl);
+    EXECUTE format('DROP POLICY IF EXISTS access_labels ON %s', tbl);
     EXECUTE format(
-        'CREATE POLICY access_labels ON toolkit.%I AS RESTRICTIVE FOR SELECT TO public'
+        'CREATE POLICY access_labels ON %s AS RESTRICTIVE FOR SELECT TO public'
         ' USING (cardinality(access_labels) = 0'
         ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
         ' OR (SELECT toolkit._is_service_role()))', tbl);
-    EXECUTE format('REVOKE ALL ON toolkit.%I FROM public', tbl);
-    EXECUTE format('GRANT SELECT ON toolkit.%I TO toolkit_reader', tbl);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON toolkit.%I TO toolkit_writer', tbl);
+    PERFORM toolkit._grant_version_table(target);
+    UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
 $$;
 
+-- Grants on one version's chunk table: read for the reader and the deployer, rows for the writer. Re-run by the
+-- grants file on every upgrade (it revokes everything first).
+CREATE OR REPLACE FUNCTION toolkit._grant_version_table(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
+BEGIN
+    EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
+    EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO toolkit_writer', tbl);
+END
+$$;
+
+-- Identifies the current definition of the chunk tables' security (a hash of the functions that apply it).
+CREATE OR REPLACE FUNCTION toolkit._version_security_definition()
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT md5(string_agg(p.prosrc, E'\n' ORDER BY p.proname))
+    FROM pg_catalog.pg_proc AS p
+    WHERE p.pronamespace = 'toolkit'::regnamespace
+        AND p.proname IN ('_secure_tenant_table', '_secure_version_table', 'current_tenant', 'current_principals')
+$$;
+
 -- Creates a version for a model and chunker, and its chunks_vN table; returns the version number.
+-- Definer: creates a table in schema toolkit (the writer has no DDL rights) and takes the private version-set lock.
 CREATE OR REPLACE FUNCTION toolkit.create_version(
     model_alias text,
     chunker_spec text,
@@ -145,7 +168,7 @@ BEGIN
 
     -- Ingest writes to every live version under the shared form of this lock, and re-reads the set of
     -- live versions inside it: a new version is never missed by a concurrent ingest.
-    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-set'));
+    PERFORM toolkit.lock_version_set(true);
     INSERT INTO toolkit.versions AS v (
         model_alias, chunker_spec, chunker_version, storage, dimensions, distance,
         hnsw_m, hnsw_ef_construction, text_search_config
@@ -176,6 +199,7 @@ BEGIN
         '  updated_at timestamptz NOT NULL DEFAULT now(),'
         '  embedding %s.%s(%s),'
         '  fts tsvector GENERATED ALWAYS AS (to_tsvector(%L::regconfig, context || '' '' || text)) STORED,'
+        '  pages integer[],'
         '  PRIMARY KEY (tenant, chunk_id),'
         '  CHECK (start_offset >= 0 AND end_offset >= start_offset)'
         ')', tbl, toolkit._vector_schema(), storage, dims, text_search_config::text);
@@ -215,6 +239,7 @@ AS $$
 $$;
 
 -- Creates the HNSW index of a version if it is missing (build it after a bulk load: it is faster).
+-- Definer: builds an index on a table the writer does not own.
 CREATE OR REPLACE FUNCTION toolkit.create_version_index(target integer)
 RETURNS text
 LANGUAGE plpgsql
@@ -231,6 +256,10 @@ BEGIN
         RAISE EXCEPTION 'version % does not exist or is retired', target USING ERRCODE = 'undefined_object';
     END IF;
     idx := toolkit._version_table(target) || '_embedding_idx';
+    -- SHARE ROW EXCLUSIVE conflicts with itself: two backfills finishing together build the index once (writes
+    -- wait either way: CREATE INDEX takes SHARE).
+    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass,
+        'SHARE ROW EXCLUSIVE', format('building the HNSW index of version %s', target), '1h');
     EXECUTE format(
         'CREATE INDEX IF NOT EXISTS %I ON toolkit.%I USING hnsw (embedding %s.%s) WITH (m = %s, ef_construction = %s)',
         idx, toolkit._version_table(target), toolkit._vector_schema(), toolkit._version_opclass(v.storage, v.distance),
@@ -273,6 +302,7 @@ END
 $$;
 
 -- Counts the rows of a version still waiting for an embedding (parents are never embedded).
+-- Definer: counts every tenant's rows (the caller may see one tenant only).
 CREATE OR REPLACE FUNCTION toolkit.version_pending_rows(target integer)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -327,11 +357,11 @@ $$;
 -- never take the same document, and ingest, which updates a document's row, waits for the claim). Returns
 -- each claimed document with its text while it is still pending in a snapshot taken after the lock (a writer
 -- may have finished it between the scan and the lock: then raw_text is NULL), and whether rows of an older
--- backfill must be rewritten.
+-- backfill must be rewritten, and where a PDF's pages start.
 CREATE OR REPLACE FUNCTION toolkit.claim_pending_documents(
     target integer, after_tenant text, after_doc_id text, max_documents integer
 )
-RETURNS TABLE (tenant text, doc_id text, raw_text text, access_labels text[], rewrite boolean)
+RETURNS TABLE (tenant text, doc_id text, raw_text text, access_labels text[], rewrite boolean, pages jsonb)
 LANGUAGE plpgsql
 VOLATILE
 SECURITY INVOKER
@@ -354,7 +384,8 @@ BEGIN
     -- A new statement, so a new snapshot: what committed before the locks were taken is seen now.
     RETURN QUERY EXECUTE format(
         'SELECT d.tenant, d.doc_id, CASE WHEN %1$s THEN d.raw_text END, d.access_labels,'
-        ' EXISTS (SELECT FROM toolkit.%2$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)'
+        ' EXISTS (SELECT FROM toolkit.%2$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id),'
+        ' d.metadata -> ''pages'''
         ' FROM unnest($1, $2) AS k (tenant, doc_id)'
         ' INNER JOIN toolkit.documents AS d ON d.tenant = k.tenant AND d.doc_id = k.doc_id'
         ' ORDER BY d.tenant, d.doc_id', condition, toolkit._version_table(target))
@@ -363,6 +394,7 @@ END
 $$;
 
 -- building -> ready: every row embedded and the HNSW index valid.
+-- Definer: changes a version's state and the live_chunks view, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.mark_version_ready(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -372,9 +404,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     pending bigint;
+    current_state text;
 BEGIN
-    -- A backfill's chunk batch holds the shared form of this lock while it writes rows without embeddings.
-    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-rows:' || target::text));
+    SELECT v.state INTO current_state FROM toolkit.versions AS v WHERE v.version = target;
+    IF current_state IS DISTINCT FROM 'building' AND current_state IS DISTINCT FROM 'ready' THEN
+        RAISE EXCEPTION 'version % is %, not building: it cannot be marked ready', target,
+            coalesce(current_state, 'unknown')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- SHARE waits for every transaction still writing rows to the table (a backfill's chunk batch may write
+    -- rows without embeddings) and keeps new ones out until this transaction ends.
+    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass, 'SHARE',
+        format('marking version %s ready', target));
     PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);
     IF pending > 0 THEN
@@ -384,10 +425,13 @@ BEGIN
     END IF;
     PERFORM toolkit._require_valid_index(target);
     PERFORM toolkit._set_version_state(target, 'ready');
+    -- A ready version can be searched (pinned): it joins toolkit.live_chunks.
+    PERFORM toolkit._replace_live_view();
 END
 $$;
 
 -- ready -> building, when a version must be backfilled again.
+-- Definer: changes a version's state and the live_chunks view, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.mark_version_building(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -397,10 +441,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM toolkit._set_version_state(target, 'building');
+    PERFORM toolkit._replace_live_view();
 END
 $$;
 
 -- Records that a version's contents changed: a verification older than this no longer counts.
+-- Definer: records the change in toolkit.versions, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.touch_version(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -416,52 +462,23 @@ BEGIN
 END
 $$;
 
--- Stores a verification result; a passing one moves a ready version to verified.
-CREATE OR REPLACE FUNCTION toolkit.record_evaluation(
-    target integer,
-    query_set_hash text,
-    query_count integer,
-    k integer,
-    metrics jsonb,
-    passed boolean,
-    baseline_version integer DEFAULT NULL,
-    gate jsonb DEFAULT '{}'
+-- The versions that receive writes (every state but retired), oldest first: ingest writes each document to all.
+CREATE OR REPLACE FUNCTION toolkit.live_versions()
+RETURNS TABLE (
+    version integer,
+    model_alias text,
+    chunker_spec text,
+    chunker_version text,
+    storage text,
+    dimensions integer
 )
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    new_id bigint;
-    current_state text;
-BEGIN
-    SELECT v.state INTO current_state FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
-    IF NOT FOUND OR current_state = 'retired' THEN
-        RAISE EXCEPTION 'version % does not exist or is retired', target USING ERRCODE = 'undefined_object';
-    END IF;
-    INSERT INTO toolkit.evaluations AS e (
-        version, baseline_version, query_set_hash, query_count, k, metrics, gate, passed
-    )
-    VALUES (target, baseline_version, query_set_hash, query_count, k, metrics, gate, passed)
-    RETURNING e.evaluation_id INTO new_id;
-    IF passed AND current_state = 'ready' THEN
-        PERFORM toolkit._set_version_state(target, 'verified');
-    ELSIF NOT passed AND current_state = 'verified' THEN
-        PERFORM toolkit._set_version_state(target, 'ready');
-    END IF;
-    RETURN new_id;
-END
-$$;
-
--- Re-apply security to every live chunk table, so a policy change in a release reaches old versions.
-DO $$
-DECLARE
-    v integer;
-BEGIN
-    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state <> 'retired' ORDER BY 1 LOOP
-        PERFORM toolkit._secure_version_table(v);
-    END LOOP;
-END
+    SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions
+    FROM toolkit.versions AS v
+    WHERE v.state <> 'retired'
+    ORDER BY v.version
 $$;

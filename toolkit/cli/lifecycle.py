@@ -29,7 +29,9 @@ def version_options(function):
 @click.option(
     "--model", "model_alias", required=True, metavar="ALIAS", help="Registered model alias (toolkit model add)."
 )
-@click.option("--chunker", "chunker_spec", default="markdown:400:40", show_default=True, help="Chunker spec.")
+@click.option(
+    "--chunker", "chunker_spec", help="Chunker spec. Default: the one recommended for the model's input limit."
+)
 @click.option("--resume", is_flag=True, help="Continue a version that is already building.")
 @click.option(
     "--batch-size",
@@ -107,7 +109,7 @@ def backfill(
         # The second Ctrl-C: the batches in flight are abandoned; their transactions roll back with the connections.
         click.echo(
             f"\ntoolkit: aborted; the batches in flight were rolled back. Continue with: toolkit backfill --model "
-            f"{model_alias} --chunker {chunker_spec} --resume",
+            f"{model_alias}" + (f" --chunker {chunker_spec}" if chunker_spec else "") + " --resume",
             err=True,
         )
         sys.exit(130)
@@ -136,7 +138,7 @@ def backfill(
         reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
         click.echo(
             f"Stopped: {reason}. Continue with: toolkit backfill --model {model_alias} "
-            f"--chunker {chunker_spec} --resume",
+            f"--chunker {chunker_spec or report.chunker_version.rsplit('@', 1)[0]} --resume",
             err=True,
         )
         sys.exit(3 if report.stopped == "max-cost" else 130)
@@ -153,7 +155,14 @@ def backfill(
 )
 @click.option("-k", "k", default=5, show_default=True, help="Retrieve this many chunks per query.")
 @click.option("--tenant", help="The tenant whose documents the queries are about (needed if several).")
-@click.option("--min-recall", type=float, help="Fail below this recall@k.")
+@click.option("--min-recall", type=float, help="Fail below this recall@k (required when no other version is active).")
+@click.option(
+    "--min-queries",
+    type=click.IntRange(1, None),
+    default=50,
+    show_default=True,
+    help="Refuse a query set smaller than this (50-200 labelled questions is the usual advice).",
+)
 @click.option(
     "--max-drop",
     type=float,
@@ -162,11 +171,15 @@ def backfill(
     help="Fail when recall@k is more than this below the active version's.",
 )
 @FORMAT_OPTION
-def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, max_drop, output_format) -> None:
+def verify(
+    model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, min_queries, max_drop, output_format
+) -> None:
     """Run the labelled queries against the candidate and the active version through the SQL applications use.
 
     Reports recall@k, MRR, nDCG@k and span recall/precision/IoU side by side, the queries the candidate wins
-    and loses, stores the result, and exits 1 when the gate fails.
+    and loses, and exits 1 when the gate fails. The search, the metrics and the gate are computed in SQL
+    (toolkit.evaluate_version), which alone records the result. With no other version active, --min-recall is
+    required; a query set smaller than --min-queries is refused.
     """
     from toolkit.cli._context import open_database
     from toolkit.cutover import resolve_version
@@ -177,7 +190,16 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
         candidate = resolve_version(
             conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby", "active")
         )
-        report = run(conn, candidate, queries_path, k=k, tenant=tenant, min_recall=min_recall, max_drop=max_drop)
+        report = run(
+            conn,
+            candidate,
+            queries_path,
+            k=k,
+            tenant=tenant,
+            min_recall=min_recall,
+            max_drop=max_drop,
+            min_queries=min_queries,
+        )
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
     else:
@@ -200,8 +222,9 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
                 }
             )
         emit(rows, "table")
+        count = report.candidate.metrics.queries
         click.echo(
-            f"{report.candidate.metrics.queries} queries, tenant {report.tenant}; "
+            f"{count} quer{'y' if count == 1 else 'ies'}, tenant {report.tenant}; "
             f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
         )
         for query in report.losses[:10]:
@@ -218,8 +241,10 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
 @version_options
 @click.option("--force", is_flag=True, help="Skip the verification gate (recorded in the audit log).")
 @click.option("--reason", help="Recorded in toolkit.cutovers.")
-def cutover(model_alias, chunker_spec, version, force, reason) -> None:
-    """Swap active_chunks to the version in one transaction; the previous active version becomes standby.
+@FORMAT_OPTION
+def cutover(model_alias, chunker_spec, version, force, reason, output_format) -> None:
+    """Swap active_chunks to the version in one transaction; the previous active version becomes standby. A
+    canary of this version ends: it is promoted.
 
     Requires a passing `toolkit verify` newer than the version's last change, unless --force.
     """
@@ -231,30 +256,51 @@ def cutover(model_alias, chunker_spec, version, force, reason) -> None:
     with conn:
         target = resolve_version(conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby"))
         previous = versions.active_version(conn)
-        versions.activate_version(conn, target, force=force, reason=reason)
+        cutover_id = versions.activate_version(conn, target, force=force, reason=reason)
+    if output_format == "json":
+        click.echo(to_json({"cutover_id": cutover_id, "active": target, "standby": previous, "forced": force}))
+        return
     click.echo(f"Version {target} is active" + (f"; version {previous} is on standby." if previous else "."))
 
 
-@click.command(short_help="Go back to the standby version in one transaction.")
+@click.command(short_help="End the canary, or go back to the standby version, in one transaction.")
 @click.option("--reason", help="Recorded in toolkit.cutovers.")
-def rollback(reason) -> None:
-    """Swap active_chunks back to the version the active one replaced (which must still be on standby)."""
+@FORMAT_OPTION
+def rollback(reason, output_format) -> None:
+    """During a canary: end it (every request back to the active version). Otherwise: swap active_chunks back to
+    the version the active one replaced (which must still be on standby)."""
     from toolkit import versions
     from toolkit.cli._context import open_database
+    from toolkit.serving import canary_status
 
     _, conn = open_database()
     with conn:
+        canary = canary_status(conn)
         current = versions.active_version(conn)
-        versions.rollback_version(conn, reason=reason)
+        cutover_id = versions.rollback_version(conn, reason=reason)
         restored = versions.active_version(conn)
-    click.echo(f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it).")
+    if output_format == "json":
+        ended = canary.candidate if canary else None
+        click.echo(
+            to_json({"cutover_id": cutover_id, "active": restored, "rolled_back": current, "canary_ended": ended})
+        )
+        return
+    if canary is not None:
+        click.echo(
+            f"Canary ended: version {canary.candidate} serves nothing now; version {restored} serves every request."
+        )
+    else:
+        click.echo(
+            f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it)."
+        )
 
 
 @click.command(short_help="Drop standby and abandoned versions past the rollback window.")
 @click.option("--older-than", default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0.")
 @click.option("--version", "version", type=int, help="Retire this one version now (never the active one).")
 @click.option("--dry-run", is_flag=True, help="List what would be retired.")
-def retire(older_than, version, dry_run) -> None:
+@FORMAT_OPTION
+def retire(older_than, version, dry_run, output_format) -> None:
     """Retire (drop the tables of) standby and abandoned versions whose state is older than --older-than.
 
     The active version is never retired.
@@ -273,6 +319,9 @@ def retire(older_than, version, dry_run) -> None:
             retired = [version]
         else:
             retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
+    if output_format == "json":
+        click.echo(to_json({"retired": [] if dry_run else retired, "would_retire": retired if dry_run else []}))
+        return
     verb = "Would retire" if dry_run else "Retired"
     click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
 
