@@ -342,7 +342,7 @@ CREATE OR REPLACE FUNCTION toolkit.version_pending_documents(
 )
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
+SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
