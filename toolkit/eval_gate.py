@@ -10,10 +10,14 @@ reviewed change with its figures in CHANGELOG.md. Everything is embedded once pe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +40,7 @@ class Baseline:
     tolerance: dict[str, float]
     sample: str  # sha256 of the sample documents and queries the figures were measured on
     recorded_with: dict = field(default_factory=dict)  # chunker version, queries, seconds: for the reviewer
+    retrieval: str = "vector"  # toolkit eval --retrieval: how the chunks are ranked and handed over
 
 
 @dataclass
@@ -81,13 +86,36 @@ def check(measured: dict[str, float], baseline: Baseline) -> GateResult:
     return GateResult(passed, dict(measured), lines)
 
 
-def measure(config: str, model: str, k: int) -> tuple[dict[str, float], dict]:
-    """Evaluates ``config`` on the sample set with ``model``; returns the gated figures and what the reviewer of a
-    new baseline wants to see beside them."""
+@contextlib.contextmanager
+def _lexical_database() -> Iterator:
+    """A throwaway embedded PostgreSQL with the toolkit schema, for full-text ranking (its to_tsvector and BM25
+    settings make the ranking the one SQL serves); stopped and removed afterwards."""
+    from toolkit import database, migrate
+
+    directory = Path(tempfile.mkdtemp(prefix="toolkit-eval-gate-"))
+    directory.chmod(0o755)  # as root, the server runs as another user that must reach it
+    try:
+        db = database.start_embedded(directory / "pg")
+        migrate.upgrade(db.url)
+        with database.connect(db.url) as conn:
+            yield conn
+    finally:
+        database.stop_embedded(directory / "pg")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def measure(config: str, model: str, k: int, retrieval: str = "vector") -> tuple[dict[str, float], dict]:
+    """Evaluates ``config`` on the sample set with ``model`` and ``retrieval``; returns the gated figures and what the
+    reviewer of a new baseline wants to see beside them."""
     from toolkit.embedding import get_embedder
     from toolkit.evaluate import evaluate
+    from toolkit.retrieval import split_retrievals
 
-    report = evaluate(SAMPLE_DOCS, SAMPLE_QUERIES, [config], embedder=get_embedder(model), k=k)
+    lexical = any(r.lexical for r in split_retrievals(retrieval))
+    with _lexical_database() if lexical else contextlib.nullcontext() as conn:
+        report = evaluate(
+            SAMPLE_DOCS, SAMPLE_QUERIES, [config], embedder=get_embedder(model), k=k, retrieval=retrieval, conn=conn
+        )
     (result,) = report.configs
     measured = {metric: round(getattr(result, metric), 4) for metric in METRICS}
     details = {
@@ -112,20 +140,22 @@ def run_gate(baseline: Baseline, *, config: str | None = None) -> GateResult:
             ],
         )
     started = time.perf_counter()
-    measured, _ = measure(config or baseline.config, baseline.model, baseline.k)
+    measured, _ = measure(config or baseline.config, baseline.model, baseline.k, baseline.retrieval)
     result = check(measured, baseline)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def update_baseline(path: Path = BASELINE_PATH, *, config: str | None = None) -> Baseline:
-    """Measures and writes a new baseline (keeping the tolerance and, unless given, the configuration)."""
+def update_baseline(path: Path = BASELINE_PATH, *, config: str | None = None, retrieval: str | None = None) -> Baseline:
+    """Measures and writes a new baseline (keeping the tolerance and, unless given, the configuration and the
+    retrieval)."""
     old = load_baseline(path)
     config = config or old.config
+    retrieval = retrieval or old.retrieval
     started = time.perf_counter()
-    measured, details = measure(config, old.model, old.k)
+    measured, details = measure(config, old.model, old.k, retrieval)
     details["seconds"] = round(time.perf_counter() - started, 1)
-    new = Baseline(config, old.model, old.k, measured, old.tolerance, sample_fingerprint(), details)
+    new = Baseline(config, old.model, old.k, measured, old.tolerance, sample_fingerprint(), details, retrieval)
     path.write_text(json.dumps(asdict(new), indent=2) + "\n", encoding="utf-8")
     return new
 
@@ -135,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="Evaluate this chunker spec instead of the baseline's (it must still pass).")
     parser.add_argument("--baseline", type=Path, default=BASELINE_PATH, help="The baseline file.")
     parser.add_argument("--update", action="store_true", help="Measure and write a new baseline (a reviewed change).")
+    parser.add_argument("--retrieval", help="With --update: the retrieval mode to record (toolkit eval --retrieval).")
     args = parser.parse_args(argv)
     try:
         if args.update:
-            new = update_baseline(args.baseline, config=args.config)
+            new = update_baseline(args.baseline, config=args.config, retrieval=args.retrieval)
             print(f"eval gate: new baseline for {new.config} with {new.model}: {new.metrics} -> {args.baseline}")
             return 0
         baseline = load_baseline(args.baseline)
@@ -147,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     except ToolkitError as error:
         print(f"eval gate: {error}", file=sys.stderr)
         return 1
-    print(f"eval gate: {config} with {baseline.model}, k = {baseline.k}, on the bundled sample set")
+    print(
+        f"eval gate: {config} with {baseline.model}, {baseline.retrieval} retrieval, k = {baseline.k}, on the bundled"
+        " sample set"
+    )
     for line in result.lines:
         print(f"  {line}")
     outcome = "passed" if result.passed else "FAILED (see docs/evaluation.md, The eval gate)"

@@ -503,24 +503,28 @@ def evaluate_version(
     input_price: float = DEFAULT_INPUT_PRICE,
     cache=None,
 ) -> EvalReport:
-    """Evaluate a version already in the database: its stored chunks, searched through SQL as the reader role
-    (its HNSW index, as applications see it), questions embedded with the version's model. The documents and
-    answers are the tenant's stored raw texts."""
+    """Evaluate a version already in the database: its stored chunks, searched through the pinned SQL search
+    function applications use (``toolkit.search_chunks`` as the reader role, its HNSW index), questions embedded with
+    the version's model. The documents and answers are the tenant's stored raw texts."""
     from psycopg import sql
 
     from toolkit.embedding_cache import EmbeddingCache
     from toolkit.models import embedder_for_model, get_model
-    from toolkit.verify import can_be_reader, pick_tenant, search_rows, tenant_documents, version_info
+    from toolkit.search import MAX_K, search
+    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
 
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 250:
-        raise InputError(f"k (chunks retrieved per query) must be a whole number from 1 to 250, not {k!r}.")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K // HITS_PER_CONTEXT:
+        raise InputError(
+            f"k (chunks retrieved per query) must be a whole number from 1 to {MAX_K // HITS_PER_CONTEXT}, not {k!r}."
+        )
     tenant = pick_tenant(conn, tenant)
     alias, chunker_version, _, dims = version_info(conn, version)
     documents = tenant_documents(conn, tenant)
     labelled = load_queries(queries, documents)
     embedder = embedder_for_model(get_model(conn, alias), dims)
     table = sql.Identifier("toolkit", f"chunks_v{int(version)}")
-    with conn.transaction():
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))  # row-level security: the tenant's own rows
         rows = conn.execute(
             sql.SQL(
                 "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
@@ -544,11 +548,10 @@ def evaluate_version(
     vectors = cache.embed_queries(embedder, [q.query for q in labelled])
     depth = k * HITS_PER_CONTEXT if parents else k
     as_reader = can_be_reader(conn)
-    distance = get_model(conn, alias).distance
     hits = []
     for vector in vectors:
-        found = search_rows(conn, table, sql.SQL("chunk_id"), vector, tenant, depth, as_reader, distance)
-        hits.append([by_id[row[0]] for row in found])
+        found = search(conn, vector, tenant, depth, version=version, log=False)
+        hits.append([by_id[hit.chunk_ids[0]] for hit in found])
     result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
     mark_pareto([result])
     return EvalReport(
