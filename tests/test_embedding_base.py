@@ -81,6 +81,7 @@ def test_check_vectors_accepts_and_converts_to_float32():
         ([[1.0, 0.0], [0.0]], 2, 2, "not a rectangular array"),
         ([None, None], 2, 2, "instead of one vector per input"),
         ([["a", "b"]], 1, 2, "not a rectangular array of numbers"),
+        ([[1.0, 0.0], [0.0, 0.0]], 2, 2, r"all-zero vector \(input 1\)"),
     ],
 )
 def test_check_vectors_refuses_bad_answers(vectors, count, dims, message):
@@ -139,3 +140,28 @@ def test_inputs_must_be_a_list_of_strings():
 
 def test_probe_dimensions_reports_what_the_model_produces():
     assert probe_dimensions(get_embedder("hashing:48")) == 48
+
+
+def test_token_counts_given_by_the_caller_are_used_for_the_limit():
+    embedder = get_embedder("hashing:64", max_input_tokens=5)
+    # The caller's counts decide (backfill counts once for its budget and passes them on).
+    assert embedder.embed_documents(["one two three four five six"], token_counts=[5]).shape == (1, 64)
+    with pytest.raises(InputError, match="Input 0 has 9 tokens"):
+        embedder.embed_documents(["a"], token_counts=[9])
+    with pytest.raises(InputError, match="2 token counts were given for 1 texts"):
+        embedder.embed_documents(["a"], token_counts=[1, 1])
+
+
+def test_count_chunk_tokens_is_count_tokens_of_the_embedded_text():
+    from toolkit.chunking import get_chunker
+    from toolkit.embedding.openai import OpenAIEmbedder
+
+    text = "# Title\n\n## Part\n\n" + " ".join(f"Sentence {i} says something about parcels." for i in range(80))
+    chunks = get_chunker("markdown:40:0").chunk(text, doc_id="d")
+    assert len(chunks) > 3
+    for embedder in (
+        get_embedder("hashing:64"),
+        OpenAIEmbedder("text-embedding-3-small", base_url="http://127.0.0.1:9/v1"),
+        OpenAIEmbedder("text-embedding-3-small", base_url="http://127.0.0.1:9/v1", document_prefix="passage: "),
+    ):
+        assert embedder.count_chunk_tokens(chunks) == [embedder.count_tokens(c.embed_text) for c in chunks]

@@ -33,49 +33,47 @@ def test_unlimited_never_waits():
     assert clock.sleeps == []
 
 
-def test_requests_per_minute_allows_a_burst_then_spaces_requests():
+def test_requests_per_minute_are_spaced_evenly_with_no_burst():
     clock = FakeClock()
-    rl = limiter(clock, requests_per_minute=60)  # one per second, burst of 60
-    for _ in range(60):
-        assert rl.acquire() == 0.0
-    assert clock.sleeps == []
+    rl = limiter(clock, requests_per_minute=60)  # one per second
+    assert rl.acquire() == 0.0
     assert rl.acquire() == pytest.approx(1.0)
     assert rl.acquire() == pytest.approx(1.0)
     assert clock.now == pytest.approx(1002.0)
 
 
-def test_tokens_per_minute_waits_for_enough_tokens():
+def test_tokens_per_minute_pace_the_next_request_and_the_window_stays_within_budget():
     clock = FakeClock()
     rl = limiter(clock, tokens_per_minute=6000)  # 100 tokens per second
     assert rl.acquire(tokens=5000) == 0.0
-    # 1000 left; 3000 needed -> 2000 more at 100/s = 20 s.
-    assert rl.acquire(tokens=3000) == pytest.approx(20.0)
-    assert rl.delay(tokens=1) == pytest.approx(0.01)
+    # Paced: 5000 tokens hold the next request 50 s; the window: 5000 + 3000 > 6000 until the first leaves it.
+    assert rl.acquire(tokens=3000) == pytest.approx(60.0)
+    assert rl.delay(tokens=1) == pytest.approx(30.0)  # 3000 tokens at 100/s
 
 
-def test_refill_never_exceeds_one_minute_of_budget():
+def test_an_idle_hour_banks_nothing():
     clock = FakeClock()
     rl = limiter(clock, tokens_per_minute=600)
-    clock.now += 3600  # an idle hour does not bank an hour of tokens
+    clock.now += 3600
     assert rl.acquire(tokens=600) == 0.0
     assert rl.acquire(tokens=600) == pytest.approx(60.0)
 
 
-def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_then_runs_into_debt():
+def test_a_request_larger_than_a_minutes_budget_goes_alone_after_a_quiet_minute():
     clock = FakeClock()
     rl = limiter(clock, tokens_per_minute=600)  # 10 tokens per second
     rl.acquire(tokens=300)
-    # 1200 > capacity 600: waits until the bucket is full (30 s), then leaves it at -600.
-    assert rl.acquire(tokens=1200) == pytest.approx(30.0)
-    # The debt is paid back before the next 10 tokens: (600 + 10) / 10 = 61 s.
-    assert rl.acquire(tokens=10) == pytest.approx(61.0)
+    assert rl.acquire(tokens=1200) == pytest.approx(60.0)  # once the 300 have left the window
+    # 1200 tokens pace the next request for 120 s (at 10/s).
+    assert rl.acquire(tokens=10) == pytest.approx(120.0)
 
 
 def test_both_limits_apply_and_the_stricter_one_decides():
     clock = FakeClock()
     rl = limiter(clock, requests_per_minute=600, tokens_per_minute=60)  # 10 req/s, 1 token/s
-    assert rl.acquire(tokens=60) == 0.0
-    assert rl.acquire(tokens=5) == pytest.approx(5.0)
+    assert rl.acquire(tokens=2) == 0.0
+    assert rl.acquire(tokens=5) == pytest.approx(2.0)  # the tokens' pace, not the 0.1 s between requests
+    assert rl.acquire(tokens=0) == pytest.approx(0.1)  # no tokens: only the request spacing
 
 
 def test_pause_holds_every_request_for_retry_after():
@@ -85,7 +83,7 @@ def test_pause_holds_every_request_for_retry_after():
     assert rl.delay() == pytest.approx(7.5)
     assert rl.try_acquire() is False
     assert rl.acquire() == pytest.approx(7.5)
-    assert rl.acquire() == 0.0
+    assert rl.acquire() == pytest.approx(0.01)  # then only the spacing of 6000 a minute
 
 
 def test_a_shorter_pause_does_not_shorten_a_longer_one():
@@ -100,9 +98,10 @@ def test_try_acquire_takes_only_when_no_wait_is_needed():
     clock = FakeClock()
     rl = limiter(clock, requests_per_minute=2)
     assert rl.try_acquire() is True
-    assert rl.try_acquire() is True
     assert rl.try_acquire() is False  # nothing was taken by the refusal
-    clock.now += 30
+    clock.now += 29
+    assert rl.try_acquire() is False
+    clock.now += 1
     assert rl.try_acquire() is True
 
 
@@ -115,7 +114,7 @@ def test_delay_takes_nothing():
     assert rl.delay() == pytest.approx(60.0)
 
 
-@pytest.mark.parametrize("bad", [0, -5, True])
+@pytest.mark.parametrize("bad", [0, -5, True, float("nan"), float("inf")])
 def test_invalid_limits_are_refused(bad):
     with pytest.raises(InputError, match="requests_per_minute"):
         RateLimiter(requests_per_minute=bad)
@@ -127,7 +126,7 @@ def test_negative_tokens_are_refused():
 
 
 def test_threads_sharing_a_limiter_never_exceed_the_budget():
-    # The clock stands still, so exactly the burst of 50 may go however the 200 threads interleave.
+    # The clock stands still, so exactly one request may go however the 200 threads interleave (no burst).
     clock = FakeClock()
     rl = limiter(clock, requests_per_minute=50)
     granted = []
@@ -140,4 +139,24 @@ def test_threads_sharing_a_limiter_never_exceed_the_budget():
         thread.start()
     for thread in threads:
         thread.join()
-    assert granted.count(True) == 50
+    assert granted.count(True) == 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_minute_ever_holds_more_than_the_limits(seed):
+    """Whatever requests come, in whatever sizes and at whatever moments, every 60 s window keeps the promise."""
+    import random
+
+    rng = random.Random(seed)
+    clock = FakeClock()
+    rpm, tpm = rng.choice([30, 120, 600]), rng.choice([1_000, 20_000, 100_000])
+    rl = limiter(clock, requests_per_minute=rpm, tokens_per_minute=tpm)
+    sent = []
+    for _ in range(400):
+        clock.now += rng.choice([0.0, 0.0, rng.uniform(0, 3), rng.uniform(0, 60)])
+        tokens = rng.randint(0, tpm // 4)
+        rl.acquire(tokens=tokens)
+        sent.append((clock.now, tokens))
+    for start, _ in sent:
+        window = [t for when, t in sent if start <= when < start + 60]
+        assert len(window) <= rpm and sum(window) <= tpm

@@ -217,28 +217,52 @@ def test_a_failed_embedding_keeps_the_batches_before_and_starts_none_after(conn,
 
 def test_an_interrupted_ingest_exits_at_once_and_keeps_the_batches_written(conn, database_url, corpus, remote):
     # Ctrl-C while the next batch's embedding hangs: the process exits without waiting for the model call in
-    # flight, the batch already written stays, and nothing of the interrupted one is written.
+    # flight, the batch already written stays, and nothing of the interrupted one is written. Synchronized on
+    # events: the server holds the second request until released (never, before the process is gone) and says
+    # when it holds it; no sleep decides anything. (The old version slept 0.3 s and waited 10 s.)
     import signal
     import subprocess
     import sys
-    import time
 
     versions.create_version(conn, "remote", "markdown:60:0", "markdown:60:0@1")
-    remote.script({}, {"delay": 30})  # the first document is answered; the second hangs for 30 s
+    remote.script({}, {"hold": True})  # the first document is answered; the second is held
     args = ["--database-url", database_url, "ingest", str(corpus), "--tenant", "acme", "--batch-size", "1"]
     process = subprocess.Popen(
         [sys.executable, "-m", "toolkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    deadline = time.monotonic() + 60
-    while conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 0:
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    time.sleep(0.3)  # the second request is in flight
-    process.send_signal(signal.SIGINT)
-    _out, err = process.communicate(timeout=10)  # not the 30 s the model call would take
+    try:
+        # The second batch's request is sent while the first is written (overlap): wait for both events.
+        while remote.stats()["held"] == 0 or conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 0:
+            assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        # The held request is never answered before the process has exited: exiting cannot have waited for it.
+        _out, err = process.communicate(timeout=120)
+        assert remote.stats()["answered"] == 1
+    finally:
+        remote.release()
     assert process.returncode == 130 and "Traceback" not in err and "Run the same command again" in err
     assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 1
     assert remote.requests == 2
+
+
+def test_the_same_documents_from_a_folder_of_another_name_are_unchanged(conn, corpus, remote, tmp_path):
+    import shutil
+
+    v = versions.create_version(conn, "remote", "markdown:60:0", "markdown:60:0@1")
+    ingest(conn, [corpus], "acme")
+    before = conn.execute(f"SELECT chunk_id, xmin::text FROM toolkit.chunks_v{v} ORDER BY 1").fetchall()
+    moved = tmp_path / "renamed"
+    shutil.copytree(corpus, moved)
+    remote.reset()
+    report = ingest(conn, [moved], "acme")
+    assert (report.unchanged, report.changed, report.embedded, remote.requests) == (3, 0, 0, 0)
+    after = conn.execute(f"SELECT chunk_id, xmin::text FROM toolkit.chunks_v{v} ORDER BY 1").fetchall()
+    assert after == before, "no chunk row was rewritten"
+    roots = {r[0] for r in conn.execute("SELECT metadata->>'root' FROM toolkit.documents")}
+    assert roots == {str(moved.resolve())}, "the stored root follows the documents (what --prune goes by)"
+    # --prune now goes by the new folder: a file removed from it is pruned, the old folder's copy is not needed.
+    (moved / "support.md").unlink()
+    assert ingest(conn, [moved], "acme", prune=True).deleted == 1
 
 
 @pytest.mark.parametrize("tenant", ["", "   ", "bad\nname", "x" * 300])

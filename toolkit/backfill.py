@@ -1,19 +1,25 @@
-"""Backfill: build a version for (model, chunker) from the stored documents, resumably.
+"""Backfill: build a version for (model, chunker) from the stored documents, resumably, writing each row once.
 
-The work queue is the database itself: documents with no rows in the version's table still need chunking,
-and rows whose embedding is NULL still need embedding. A batch is claimed with ``FOR UPDATE SKIP LOCKED``,
-embedded, and committed whole, so a crash, Ctrl-C or reboot loses at most the batch in flight, and two
-backfills of the same version never embed the same rows. The HNSW index is built once, after the load.
+The work queue is the database itself: a document with no rows in the version's table is pending
+(``toolkit.claim_pending_documents`` owns the rule). A worker claims a batch of pending documents with
+``FOR UPDATE SKIP LOCKED``, chunks them, embeds their chunks and COPYs the finished rows (small-to-big parents
+beside their children) in one transaction. So a crash, Ctrl-C or reboot loses at most the batches in flight and
+``--resume`` finds exactly those documents pending again; two backfills never take the same document; and a
+document that ingest writes meanwhile (it writes every live version) is no longer pending. Several workers, each
+on its own connection, keep the stages overlapping: while one waits for the model, another chunks or writes.
+A batch holds about two seconds of the model's work, counted in tokens, within bounds of rows and bytes. The
+HNSW index is built once, after the load.
 """
 
 from __future__ import annotations
 
+import math
+import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -21,9 +27,28 @@ from toolkit import versions
 from toolkit.chunking import recommended_spec
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows, vector_schema
+from toolkit.ingest import LiveVersion, chunk_row, copy_chunk_rows, known_embeddings
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
+
+# Workers (connections) by default: two keep a model call and the chunking or writing of another batch in
+# flight at once, which is what keeps both cores busy; more only help a remote model with a long round trip.
+DEFAULT_WORKERS = 2
+# A batch (one transaction) aims at this many seconds of the model's own work, measured as it goes: long
+# enough that a commit (a WAL flush) is a small part of it, short enough that Ctrl-C, a crash or a document
+# lock held against ingest cost little.
+TARGET_BATCH_SECONDS = 2.0
+FIRST_BATCH_TOKENS = 4_096
+MIN_BATCH_TOKENS = 1_024
+MAX_BATCH_TOKENS = 262_144
+MAX_BATCH_ROWS = 4_096
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+FIRST_CLAIM_DOCUMENTS = 4
+MAX_CLAIM_DOCUMENTS = 4_096
+# The finalizing check re-chunks the pending documents it finds (to tell documents that make no chunk from work
+# left); more than this many pending means another pass, without looking closer.
+FINAL_CHECK_DOCUMENTS = 100
+MAX_PASSES = 50
 
 
 @dataclass
@@ -34,16 +59,25 @@ class BackfillReport:
     created: bool = False
     documents_chunked: int = 0
     rows_embedded: int = 0
+    rows_written: int = 0
     tokens: int = 0
     estimated_cost_usd: float = 0.0
     seconds: float = 0.0
     index_seconds: float | None = None
     state: str = "building"
     stopped: str | None = None
+    documents_without_chunks: int = 0
+    batches: int = 0
+    workers: int = 1
+    # Seconds spent in each stage, summed over the workers (they overlap, so the sum exceeds the wall time):
+    # claim (the queue query), chunk, embed (the model call), write (COPY) and commit.
+    stages: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        data = dict(self.__dict__)
+        data["stages"] = {k: round(v, 3) for k, v in self.stages.items()}
+        return data
 
 
 def _version_row(conn, version: int):
@@ -53,6 +87,15 @@ def _version_row(conn, version: int):
             " FROM toolkit.versions WHERE version = %s",
             (version,),
         ).fetchone()
+
+
+def lock_version_writes(conn: psycopg.Connection, target: LiveVersion, *, exclusive: bool = False) -> None:
+    """The version's table lock for the rest of the transaction. A batch takes ROW EXCLUSIVE before it claims
+    (writers do not block each other); ``mark_version_ready`` and the final check of a backfill take SHARE, which
+    waits for every batch in flight, claimed documents included, and keeps new ones out. A reader holds SELECT
+    only, so it can take neither."""
+    mode = sql.SQL("SHARE" if exclusive else "ROW EXCLUSIVE")
+    conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(target.table, mode))
 
 
 def prepare_version(
@@ -99,6 +142,12 @@ def prepare_version(
     return existing, False
 
 
+def pending_documents(conn: psycopg.Connection, version: int) -> tuple[int, int]:
+    """(documents, bytes of raw text) a backfill of the version still has to write."""
+    with translate_errors(), conn.transaction():
+        return tuple(conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (version,)).fetchone())
+
+
 class _Budget:
     """Tokens and estimated spend so far, shared by the workers; refuses a batch that would pass --max-cost."""
 
@@ -124,144 +173,230 @@ class _Budget:
             self.tokens -= tokens
 
 
-def chunk_pending_documents(
-    conn: psycopg.Connection,
-    target: LiveVersion,
-    *,
-    batch_documents: int = 32,
-    stop: threading.Event | None = None,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """Chunks every document that has no rows in the version yet; rows are written without embeddings."""
-    done = 0
-    missing = sql.SQL(
-        "SELECT d.tenant, d.doc_id FROM toolkit.documents AS d WHERE NOT EXISTS"
-        " (SELECT 1 FROM {} AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)"
-        " ORDER BY d.tenant, d.doc_id"
-    ).format(target.table)
-    with conn.transaction():
-        pending = conn.execute(missing).fetchall()
-    for start in range(0, len(pending), batch_documents):
-        if stop is not None and stop.is_set():
-            break
-        batch = pending[start : start + batch_documents]
-        with translate_errors(), conn.transaction():
-            # mark_version_ready locks the table in SHARE mode (waiting for this batch's rows to commit), so no row
-            # without an embedding lands in a ready version.
-            state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (target.version,)).fetchone()
-            if state is None or state[0] != "building":
+class _Sizer:
+    """How many documents the next claim takes. With ``rows`` (``--batch-size``) it aims at that many rows;
+    otherwise at ``TARGET_BATCH_SECONDS`` of the model's work, from the tokens per second it has measured, within
+    ``MAX_BATCH_ROWS`` and ``MAX_BATCH_BYTES``. Shared by the workers."""
+
+    def __init__(self, rows: int | None):
+        self.rows = rows
+        self.tokens_target = FIRST_BATCH_TOKENS
+        self._documents = self._rows = self._tokens = self._bytes = 0
+        self._rate: float | None = None  # tokens per second of the model, smoothed
+        self._lock = threading.Lock()
+
+    def documents(self) -> int:
+        with self._lock:
+            if not self._documents:
+                return 1 if self.rows is not None else FIRST_CLAIM_DOCUMENTS
+            per_document = [max(x / self._documents, 1e-9) for x in (self._rows, self._tokens, self._bytes)]
+            rows, tokens, size = per_document
+            if self.rows is not None:
+                wanted = self.rows / rows
+            else:
+                wanted = min(self.tokens_target / tokens, MAX_BATCH_ROWS / rows, MAX_BATCH_BYTES / size)
+            return max(1, min(MAX_CLAIM_DOCUMENTS, math.ceil(wanted) if self.rows is not None else int(wanted)))
+
+    def observe(self, documents: int, rows: int, tokens: int, size: int, embed_seconds: float) -> None:
+        with self._lock:
+            self._documents += documents
+            self._rows += rows
+            self._tokens += tokens
+            self._bytes += size
+            if tokens and embed_seconds > 0:
+                rate = tokens / embed_seconds
+                self._rate = rate if self._rate is None else 0.7 * self._rate + 0.3 * rate
+                wanted = self._rate * TARGET_BATCH_SECONDS
+                self.tokens_target = int(min(MAX_BATCH_TOKENS, max(MIN_BATCH_TOKENS, wanted)))
+
+
+@dataclass
+class _Run:
+    """What the workers of one pass share."""
+
+    target: LiveVersion
+    embedder: object
+    budget: _Budget
+    sizer: _Sizer
+    stop: threading.Event
+    limiter: object
+    on_batch: Callable
+    outcome: str | None = None
+    failures: list = field(default_factory=list)
+    # The last key any worker of this pass claimed: every claim starts after it, so a document left pending in
+    # this pass (it makes no chunk, or did not fit --max-cost) is not claimed again by another worker.
+    after: tuple[str, str] = ("", "")
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_key(self) -> tuple[str, str]:
+        with self.lock:
+            return self.after
+
+    def claimed_up_to(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            self.after = max(self.after, key)
+
+
+def _claim(conn, version: int, after: tuple[str, str], documents: int) -> list[tuple]:
+    return conn.execute(
+        "SELECT tenant, doc_id, raw_text, access_labels, rewrite, pages"
+        " FROM toolkit.claim_pending_documents(%s, %s, %s, %s)",
+        (version, after[0], after[1], documents),
+    ).fetchall()
+
+
+def _write_batch(conn, run: _Run) -> bool:
+    """One transaction: claim, chunk, embed, COPY. Returns whether the queue had anything left to claim."""
+    target, embedder, version = run.target, run.embedder, run.target.version
+    stages: dict[str, float] = {}
+    began = time.perf_counter()
+    with translate_errors(), conn.transaction():
+        lock_version_writes(conn, target)
+        state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
+        if state is None or state[0] != "building":
+            run.outcome = run.outcome or "not building"
+            return False
+        claimed = _claim(conn, version, run.next_key(), run.sizer.documents())
+        if not claimed:
+            return False
+        run.claimed_up_to((claimed[-1][0], claimed[-1][1]))
+        stages["claim"] = time.perf_counter() - began
+        # Documents finished by someone else between the scan and the lock come back without their text.
+        work = [row for row in claimed if row[2] is not None]
+        mark = time.perf_counter()
+        documents = []  # (tenant, doc_id, labels, rewrite, chunks, children, counts, bytes, pages)
+        for tenant, doc_id, text, labels, rewrite, pages in work:
+            chunks = target.chunker.chunk(text, doc_id=doc_id)
+            children = [chunk for chunk in chunks if not chunk.is_parent]
+            counts = embedder.count_chunk_tokens(children)
+            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, len(text), pages))
+        stages["chunk"] = time.perf_counter() - mark
+        # Whole documents within --max-cost: the rest stay pending (their locks go with this transaction).
+        taken, tokens = [], 0
+        for document in documents:
+            cost = sum(document[6])
+            if not run.budget.reserve(cost):
+                run.outcome = "max-cost"
                 break
-            for tenant in sorted({t for t, _ in batch}):
-                _lock_documents(conn, tenant, [d for t, d in batch if t == tenant])
-            rows = []
-            for tenant, doc_id in batch:
-                row = conn.execute(
-                    sql.SQL(
-                        "SELECT d.raw_text, d.access_labels, d.metadata->'pages' FROM toolkit.documents AS d"
-                        " WHERE d.tenant = %s AND d.doc_id = %s"
-                        " AND NOT EXISTS (SELECT 1 FROM {} AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)"
-                    ).format(target.table),
-                    (tenant, doc_id),
-                ).fetchone()
-                if row is None:  # deleted, or written by a concurrent ingest
-                    continue
-                text, labels, pages = row
-                rows += [
-                    chunk_row(tenant, doc_id, chunk, list(labels), None, pages)
-                    for chunk in target.chunker.chunk(text, doc_id=doc_id)
-                ]
-            copy_chunk_rows(conn, target, rows)
-        done += len(batch)
-        if on_batch:
-            on_batch(len(batch))
-    return done
+            taken.append(document)
+            tokens += cost
+        if not taken:
+            return True
+        try:
+            mark = time.perf_counter()
+            known = _known_for_rewrite(conn, target, taken)
+            texts, counts, hashes, seen = [], [], [], set(known)
+            for _tenant, _doc, _labels, _rewrite, _chunks, children, child_counts, _size, _pages in taken:
+                for chunk, count in zip(children, child_counts, strict=True):
+                    if chunk.content_hash not in seen:  # one request per distinct text
+                        seen.add(chunk.content_hash)
+                        texts.append(chunk.embed_text)
+                        counts.append(count)
+                        hashes.append(chunk.content_hash)
+            stages["claim"] += time.perf_counter() - mark
+            mark = time.perf_counter()
+            if texts:
+                if run.limiter is not None:
+                    run.limiter.acquire(sum(counts))
+                vectors = embedder.embed_documents(texts, token_counts=counts)
+                known.update(zip(hashes, vectors, strict=True))
+            stages["embed"] = time.perf_counter() - mark
+        except BaseException:
+            run.budget.release(tokens)
+            raise
+        mark = time.perf_counter()
+        rows = [
+            chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], pages)
+            for tenant, doc_id, labels, _rewrite, chunks, _children, _counts, _size, pages in taken
+            for chunk in chunks
+        ]
+        copy_chunk_rows(conn, target, rows)
+        stages["write"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+    stages["commit"] = time.perf_counter() - mark
+    run.sizer.observe(len(taken), len(rows), tokens, sum(d[7] for d in taken), stages.get("embed", 0.0))
+    run.on_batch(
+        documents=len(taken),
+        empty=sum(1 for d in taken if not d[4]),
+        rows=len(rows),
+        embedded=sum(len(d[5]) for d in taken),
+        size=sum(d[7] for d in taken),
+        stages=stages,
+    )
+    return True
 
 
-def _embed_text(heading_path, context, text) -> str:
-    from toolkit.chunking.base import compose_embed_text
-
-    return compose_embed_text(tuple(heading_path), context, text)
-
-
-def embed_pending_rows(
-    conn: psycopg.Connection,
-    target: LiveVersion,
-    embedder,
-    budget: _Budget,
-    *,
-    batch_size: int,
-    stop: threading.Event,
-    limiter=None,
-    on_batch: Callable[[int, int], None] | None = None,
-) -> str | None:
-    """Claims batches of rows without embeddings (SKIP LOCKED), embeds them, commits each batch whole.
-
-    Returns why it stopped early ("max-cost", "interrupted") or None when the queue is empty."""
-    claim = sql.SQL(
-        "SELECT tenant, chunk_id, heading_path, context, text FROM {}"
-        " WHERE embedding IS NULL AND NOT is_parent ORDER BY token_count, tenant, chunk_id LIMIT %s"
-        " FOR UPDATE SKIP LOCKED"
-    ).format(target.table)
-    with conn.transaction():
-        schema = sql.Identifier(vector_schema(conn))
-        # Embeddings go to a temporary table by binary COPY, then into the version with one UPDATE.
+def _known_for_rewrite(conn, target: LiveVersion, documents) -> dict:
+    """Vectors already stored for documents an older toolkit left half-embedded (rows without embeddings):
+    their rows are deleted and written again whole, reusing every vector they had."""
+    known: dict = {}
+    rewrite = [(tenant, doc_id) for tenant, doc_id, _labels, flag, *_ in documents if flag]
+    for tenant in sorted({t for t, _ in rewrite}):
+        doc_ids = [d for t, d in rewrite if t == tenant]
+        known.update(known_embeddings(conn, target, tenant, doc_ids))
         conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE IF NOT EXISTS toolkit_backfill (tenant text, chunk_id text, embedding {}.vector)"
-                " ON COMMIT DELETE ROWS"
-            ).format(schema)
+            sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table), (tenant, doc_ids)
         )
-    update = sql.SQL(
-        "UPDATE {} AS c SET embedding = e.embedding::{}.{}, updated_at = now() FROM pg_temp.toolkit_backfill AS e"
-        " WHERE c.tenant = e.tenant AND c.chunk_id = e.chunk_id"
-    ).format(target.table, schema, sql.SQL(target.storage))
-    while not stop.is_set():
-        with translate_errors(), conn.transaction():
-            rows = conn.execute(claim, (batch_size,)).fetchall()
-            if not rows:
-                return None
-            texts = [_embed_text(h, c, t) for _, _, h, c, t in rows]
-            tokens = sum(embedder.count_tokens(t) for t in texts)
-            if not budget.reserve(tokens):
-                return "max-cost"
-            try:
-                if limiter is not None:
-                    limiter.acquire(tokens)
-                vectors = np.asarray(embedder.embed_documents(texts), dtype=np.float32)
-            except BaseException:
-                budget.release(tokens)
-                raise
-            with conn.cursor().copy(
-                "COPY pg_temp.toolkit_backfill (tenant, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["text", "text", "vector"])
-                for (tenant, chunk_id, *_), vector in zip(rows, vectors, strict=True):
-                    copy.write_row((tenant, chunk_id, vector))
-            conn.execute(update)
-        if on_batch:
-            on_batch(len(rows), tokens)
-    return "interrupted"
+    return known
+
+
+def _worker(database_url: str, run: _Run) -> None:
+    # Ctrl-C is for the main thread (it sets the stop, or aborts): never delivered to a worker.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with connect(database_url) as conn:
+            while not run.stop.is_set() and run.outcome is None and _write_batch(conn, run):
+                pass
+    except BaseException as error:  # reported by the main thread; the other workers stop too
+        run.failures.append(error)
+        run.stop.set()
+
+
+def _run_pass(database_url: str, run: _Run, workers: int) -> None:
+    """The workers walk the queue once together, in key order; returns when all are done."""
+    threads = [
+        threading.Thread(target=_worker, args=(database_url, run), name=f"backfill-{i}", daemon=True)
+        for i in range(workers)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if run.failures:
+        raise run.failures[0]
+
+
+def _work_left(conn, target: LiveVersion) -> int:
+    """Pending documents that make at least one chunk, once no batch of any backfill is in flight (under the
+    exclusive write lock). Documents that make no chunk stay pending and count as done."""
+    with translate_errors(), conn.transaction():
+        lock_version_writes(conn, target, exclusive=True)
+        count, _ = conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (target.version,)).fetchone()
+        if count > FINAL_CHECK_DOCUMENTS:
+            return count
+        left = 0
+        for _tenant, doc_id, text, *_ in _claim(conn, target.version, ("", ""), count + 1):
+            if text is not None and target.chunker.chunk(text, doc_id=doc_id):
+                left += 1
+        return left
 
 
 def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB"):
     """Builds the HNSW index after the load and moves the version to ready; returns the index build seconds.
 
-    Returns "pending" when rows still wait for an embedding (claimed by a concurrent backfill: run another
-    pass), and None when the version is no longer building (a concurrent backfill finished it)."""
-    # Two backfills finishing together: create_version_index builds the index once (it locks the table against
-    # a second build), and marking a version ready twice is a no-op.
+    Returns "pending" when rows still wait for an embedding, and None when the version is no longer building
+    (a concurrent backfill finished it)."""
+    # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
+    # second build), and marking a version ready twice is a no-op.
     if _version_row(conn, version)[6] != "building":
         return None
     with conn.transaction():
         if versions.version_pending_rows(conn, version) > 0:
             return "pending"
-    # VACUUM ANALYZE after the load: the planner learns the table and the UPDATEs' dead tuples go.
-    autocommit = conn.autocommit
-    conn.autocommit = True
-    try:
-        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
-    finally:
-        conn.autocommit = autocommit
+    # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
+    # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
+    with conn.transaction():
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
     started = time.perf_counter()
     versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
     seconds = time.perf_counter() - started
@@ -272,7 +407,7 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     try:
         versions.mark_version_ready(conn, version)
     except StateError:
-        return "pending"  # rows arrived after the count (a concurrent chunk batch): another pass
+        return "pending"
     return seconds
 
 
@@ -281,131 +416,116 @@ def _index_valid(conn, version: int) -> bool:
         return conn.execute("SELECT toolkit.version_index_valid(%s)", (version,)).fetchone()[0]
 
 
-def _embed_all(database_url, conn, target, embedder, budget, batch_size, workers, stop, limiter, on_batch):
-    """Runs the embedding loop on this connection, or on ``workers`` connections in threads; returns why it
-    stopped early, or None when the queue is empty."""
-    if workers == 1:
-        return embed_pending_rows(
-            conn, target, embedder, budget, batch_size=batch_size, stop=stop, limiter=limiter, on_batch=on_batch
-        )
-    outcomes: list[str | None] = []
-    failures: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            with connect(database_url) as wconn:
-                outcomes.append(
-                    embed_pending_rows(
-                        wconn,
-                        target,
-                        embedder,
-                        budget,
-                        batch_size=batch_size,
-                        stop=stop,
-                        limiter=limiter,
-                        on_batch=on_batch,
-                    )
-                )
-        except BaseException as error:  # reported below; the other workers stop too
-            failures.append(error)
-            stop.set()
-
-    threads = [threading.Thread(target=worker, name=f"backfill-{i}") for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise failures[0]
-    reasons = [o for o in outcomes if o]
-    return reasons[0] if reasons else None
-
-
 def backfill(
     database_url: str,
     model_alias: str,
     chunker_spec: str | None = None,
     *,
     resume: bool = False,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     requests_per_minute: float | None = None,
     tokens_per_minute: float | None = None,
     max_cost: float | None = None,
-    workers: int = 1,
+    workers: int | None = None,
     storage: str = "vector",
     dimensions: int | None = None,
     stop: threading.Event | None = None,
     progress: Progress | None = None,
     embedder=None,
 ) -> BackfillReport:
-    """Creates or resumes the version for (model, chunker), chunks and embeds everything pending, then
-    builds the index and marks the version ready. Without ``chunker_spec``, the spec recommended for the model's
-    input limit (``toolkit.chunking.recommended_spec``). ``stop`` (set by Ctrl-C) ends it after the current batch."""
-    if batch_size < 1 or workers < 1:
-        raise InputError("--batch-size and --workers must be at least 1.")
+    """Creates or resumes the version for (model, chunker), writes every pending document, then builds the index
+    and marks the version ready. ``stop`` (set by Ctrl-C) ends it after the batches in flight.
+
+    Without ``chunker_spec``, the spec recommended for the model's input limit (``toolkit.chunking.recommended_spec``).
+    ``batch_size`` aims each transaction at about that many rows (whole documents); by default a batch is about
+    ``TARGET_BATCH_SECONDS`` of the model's work. ``workers`` connections write at once (default 2)."""
+    # Everything that can be refused is refused before anything is written (no version is created for a run
+    # that cannot start).
+    if batch_size is not None and batch_size < 1:
+        raise InputError("--batch-size must be at least 1.")
+    workers = DEFAULT_WORKERS if workers is None else workers
+    if workers < 1:
+        raise InputError("--workers must be at least 1.")
     if max_cost is not None and max_cost < 0:
         raise InputError("--max-cost must not be negative.")
+    limiter = None
+    if requests_per_minute is not None or tokens_per_minute is not None:  # 0 is refused, not "no limit"
+        from toolkit.embedding.ratelimit import RateLimiter
+
+        limiter = RateLimiter(requests_per_minute, tokens_per_minute)
     stop = stop or threading.Event()
     started = time.perf_counter()
     with connect(database_url) as conn:
-        chunker_spec = chunker_spec or recommended_spec(get_model(conn, model_alias).max_input_tokens)
+        model = get_model(conn, model_alias)
+        chunker_spec = chunker_spec or recommended_spec(model.max_input_tokens)
+        if embedder is None:
+            extra = {"rate_limiter": limiter} if model.provider == "openai" and limiter else {}
+            embedder = embedder_for_model(model, dimensions, **extra)
+            if extra:
+                limiter = None  # the OpenAI client path applies it per request, with Retry-After
         version, created = prepare_version(
             conn, model_alias, chunker_spec, resume=resume, storage=storage, dimensions=dimensions
         )
         _, alias, spec, chunker_version, storage_, dims, state = _version_row(conn, version)
-        model = get_model(conn, alias)
         report = BackfillReport(
-            version=version, model_alias=alias, chunker_version=chunker_version, created=created, state=state
+            version=version,
+            model_alias=alias,
+            chunker_version=chunker_version,
+            created=created,
+            state=state,
+            workers=workers,
         )
         if state != "building":
             report.seconds = time.perf_counter() - started
             return report
         target = LiveVersion(version, model, spec, chunker_version, storage_, dims)
-        limiter = None
-        if requests_per_minute or tokens_per_minute:
-            from toolkit.embedding.ratelimit import RateLimiter
-
-            limiter = RateLimiter(requests_per_minute, tokens_per_minute)
-        if embedder is None:
-            extra = {"rate_limiter": limiter} if model.provider == "openai" and limiter else {}
-            embedder = embedder_for_model(model, dims, **extra)
-            if extra:
-                limiter = None  # the OpenAI client path applies it, with Retry-After
         target._embedder = embedder
-        progress = progress or Progress("backfill", unit="rows", quiet=True)
-
+        target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
+        progress = progress or Progress("backfill", unit="documents", quiet=True)
         budget = _Budget(model.price_per_million_tokens, max_cost)
         lock = threading.Lock()
 
-        def on_batch(rows: int, tokens: int) -> None:
+        def on_batch(*, documents, empty, rows, embedded, size, stages) -> None:
             with lock:
-                report.rows_embedded += rows
-                progress.advance(rows, tokens=f"{budget.tokens:,}", cost=f"${budget.cost:.4f}")
+                report.documents_chunked += documents
+                report.documents_without_chunks += empty
+                report.rows_written += rows
+                report.rows_embedded += embedded
+                report.batches += 1
+                for name, seconds in stages.items():
+                    report.stages[name] = report.stages.get(name, 0.0) + seconds
+                progress.advance(
+                    documents,
+                    weight=size,
+                    rows=f"{report.rows_written:,}",
+                    tokens=f"{budget.tokens:,}",
+                    cost=f"${budget.cost:.4f}",
+                )
 
-        # Chunk what is missing, embed what is pending, then finalize; another pass when a concurrent
-        # backfill still holds rows of this version (it commits them, and one of us builds the index).
-        while True:
-            chunked = chunk_pending_documents(conn, target, stop=stop)
-            report.documents_chunked += chunked
-            if chunked:
-                # Statistics for the work-queue query: without them it sorts every pending row per batch.
-                with conn.transaction():
-                    conn.execute(sql.SQL("ANALYZE {}").format(target.table))
-            with conn.transaction():
-                progress.total = report.rows_embedded + versions.version_pending_rows(conn, version)
-            outcome = _embed_all(
-                database_url, conn, target, embedder, budget, batch_size, workers, stop, limiter, on_batch
-            )
-            if outcome or stop.is_set():
-                report.stopped = outcome or "interrupted"
+        sizer = _Sizer(batch_size)
+        for _pass in range(MAX_PASSES):
+            documents, size = pending_documents(conn, version)
+            progress.set_total(report.documents_chunked + documents, weight=progress.weight_done + size)
+            run = _Run(target, embedder, budget, sizer, stop, limiter, on_batch)
+            _run_pass(database_url, run, workers)
+            if run.outcome == "max-cost" or stop.is_set():
+                report.stopped = run.outcome if run.outcome == "max-cost" else "interrupted"
                 break
+            if run.outcome == "not building":
+                break
+            if _work_left(conn, target):
+                continue  # skipped by every worker (held by another writer then): another pass
             finished = finalize_version(conn, version)
             if finished == "pending":
-                time.sleep(0.2)
                 continue
             if isinstance(finished, float):
                 report.index_seconds = finished
             break
+        else:
+            raise StateError(
+                f"Version {version} still has pending documents after {MAX_PASSES} passes; another writer keeps "
+                "them locked. Run toolkit backfill --resume again when it has finished."
+            )
         progress.finish()
         report.tokens = budget.tokens
         report.estimated_cost_usd = round(budget.cost, 6)

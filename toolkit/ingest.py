@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import queue
+import signal
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -219,33 +220,6 @@ def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=
     )
 
 
-def chunk_rows(
-    target: LiveVersion,
-    tenant: str,
-    doc_id: str,
-    text: str,
-    labels: list[str],
-    known: dict[str, np.ndarray],
-    report: IngestReport,
-    pages=None,
-) -> list[tuple]:
-    """Chunks one document for one version and embeds what is not already known (by content hash)."""
-    chunks = target.chunker.chunk(text, doc_id=doc_id)
-    missing: dict[str, str] = {}
-    for chunk in chunks:
-        if not chunk.is_parent and chunk.content_hash not in known:
-            missing.setdefault(chunk.content_hash, chunk.embed_text)
-    if missing:
-        vectors = target.embedder.embed_documents(list(missing.values()))
-        known.update(zip(missing, vectors, strict=True))
-        report.embedded += len(missing)
-    report.reused += sum(1 for c in chunks if not c.is_parent) - len(missing)
-    return [
-        chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], pages)
-        for chunk in chunks
-    ]
-
-
 def vector_schema(conn: psycopg.Connection) -> str:
     """The schema holding pgvector's types (the catalogs are readable by every role)."""
     row = conn.execute(
@@ -331,13 +305,16 @@ def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) 
         return 0
     live = lock_live_version_ids(conn)
     _lock_documents(conn, tenant, doc_ids)
+    # The documents first: deleting their rows waits for a backfill batch that has claimed one of them (it holds
+    # the row), and the chunk deletes after it then see the rows that batch wrote.
+    deleted = conn.execute(
+        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
+    ).rowcount
     for version in live:
         table = sql.Identifier("toolkit", f"chunks_v{version}")
         conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(table), (tenant, doc_ids))
         conn.execute("SELECT toolkit.touch_version(%s)", (version,))
-    return conn.execute(
-        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
-    ).rowcount
+    return deleted
 
 
 def ingest(
@@ -420,6 +397,7 @@ class _Batch:
     targets: list[LiveVersion]
     saved: list[int]  # the report's counters before this batch was planned
     work: list = field(default_factory=list)
+    moved: list = field(default_factory=list)  # unchanged documents read from another root or path
     known: dict[int, dict] = field(default_factory=dict)  # version → stored vectors by content hash
     prepared: Future | None = None
 
@@ -456,6 +434,9 @@ class _Worker:
         self._queue.put(None)
 
     def _run(self) -> None:
+        # Ctrl-C belongs to the main thread: with SIGINT blocked here the kernel never hands it to this thread,
+        # where it would only wake a network call, and the main thread's wait ends at once.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         while (item := self._queue.get()) is not None:
             future, function, args = item
             if future.set_running_or_notify_cancel():
@@ -491,6 +472,8 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
     def write(batch: _Batch, prepared: _Prepared) -> None:
         if batch.work:
             _write_batch(conn, batch.targets, tenant, labels, batch.work, prepared.rows_by_version, report)
+        if batch.moved:
+            _write_moved(conn, tenant, batch.moved)
         report.embedded += prepared.embedded
         report.reused += prepared.reused
         report.seconds["prepare"] += prepared.seconds
@@ -535,17 +518,21 @@ def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestRepor
     doc_ids = [doc.doc_id for _, doc in batch]
     with conn.transaction():
         stored = {
-            r[0]: (r[1], list(r[2]), r[3])
+            r[0]: (r[1], list(r[2]), r[3], r[4])
             for r in conn.execute(
-                "SELECT doc_id, content_hash, access_labels, metadata->>'root' FROM toolkit.documents"
+                "SELECT doc_id, content_hash, access_labels, metadata->>'root', source FROM toolkit.documents"
                 " WHERE tenant = %s AND doc_id = ANY(%s)",
                 (tenant, doc_ids),
             )
         }
     for root, doc in batch:
         digest = document_hash(doc.text)
-        if doc.doc_id in stored and stored[doc.doc_id] == (digest, labels, root):
+        if doc.doc_id in stored and stored[doc.doc_id][:2] == (digest, labels):
+            # Same document, content and labels: nothing to chunk or embed, even if it is read from a folder of
+            # another name (only the stored source and root, which --prune goes by, are updated).
             report.unchanged += 1
+            if stored[doc.doc_id][2] != root or stored[doc.doc_id][3] != str(doc.source):
+                planned.moved.append((root, doc))
             continue
         if doc.doc_id in stored:
             report.changed += 1
@@ -560,17 +547,48 @@ def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestRepor
 
 
 def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared:
-    """Chunk and embed (no database access: this runs in the worker thread)."""
+    """Chunk and embed (no database access: this runs in the worker thread). Each version's new chunk texts of the
+    whole batch go to its model in one call (which a remote model splits into requests of its batch size), not
+    one call per document."""
     began = time.perf_counter()
-    counts = IngestReport(tenant=tenant)  # chunk_rows counts embedded and reused chunks here
+    embedded = reused = 0
     rows_by_version = {}
     for target in targets:
         known = known_by_version[target.version]
-        rows = []
-        for _, doc, _ in work:
-            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, counts, doc.pages)
-        rows_by_version[target.version] = rows
-    return _Prepared(rows_by_version, counts.embedded, counts.reused, time.perf_counter() - began)
+        chunked = [(doc, target.chunker.chunk(doc.text, doc_id=doc.doc_id)) for _, doc, _ in work]
+        missing: dict[str, object] = {}
+        children = 0
+        for _doc, chunks in chunked:
+            for chunk in chunks:
+                if not chunk.is_parent:
+                    children += 1
+                    if chunk.content_hash not in known:
+                        missing.setdefault(chunk.content_hash, chunk)
+        if missing:
+            chunks = list(missing.values())
+            counts = target.embedder.count_chunk_tokens(chunks)
+            vectors = target.embedder.embed_documents([c.embed_text for c in chunks], token_counts=counts)
+            known.update(zip(missing, vectors, strict=True))
+            embedded += len(missing)
+        reused += children - len(missing)  # every other child takes a stored vector or one of this batch
+        rows_by_version[target.version] = [
+            chunk_row(
+                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], doc.pages
+            )
+            for doc, chunks in chunked
+            for chunk in chunks
+        ]
+    return _Prepared(rows_by_version, embedded, reused, time.perf_counter() - began)
+
+
+def _write_moved(conn, tenant, moved) -> None:
+    """Updates the source path and root of unchanged documents read from another place; no chunk is touched."""
+    with translate_errors(), conn.transaction():
+        conn.cursor().executemany(
+            "UPDATE toolkit.documents SET source = %s, metadata = metadata || jsonb_build_object('root', %s::text)"
+            " WHERE tenant = %s AND doc_id = %s",
+            [(str(doc.source), root, tenant, doc.doc_id) for root, doc in moved],
+        )
 
 
 def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:

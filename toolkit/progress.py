@@ -1,10 +1,20 @@
-"""Progress of long work: a live line (items, rate, ETA) on a terminal, a plain line now and then in logs."""
+"""Progress of long work: a live line on a terminal (done, share, rate, ETA), redrawn on time and not only when a
+batch ends, with the rate and ETA from recent throughput; nothing at all when stderr is not a terminal (logs, CI).
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import TextIO
+
+# Rate and ETA come from the work done in the last RECENT seconds (at least the last two reports): a cumulative
+# average carries the slow or fast start of a run into its end (e5's backfill said "ETA 30s" and took 101 s).
+RECENT = 30.0
+TICK = 0.25
 
 
 def _duration(seconds: float) -> str:
@@ -17,10 +27,11 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Counts items toward an optional total and reports them on ``stream`` (stderr by default).
+    """Counts items toward an optional total and shows them on ``stream`` (stderr by default), on a terminal only.
 
-    On a terminal the line is redrawn at most 10 times a second; otherwise a line is printed every
-    ``log_interval`` seconds, so CI logs stay short. ``quiet`` prints nothing.
+    ``advance(count, weight=…)`` reports work done; ``weight`` (for example bytes of text) is what the share and
+    the ETA are measured in when the items differ in size, with ``set_total(total, weight=…)``. On a terminal a
+    ticker thread redraws the line every ``tick`` seconds, so elapsed time and ETA move between reports.
     """
 
     def __init__(
@@ -31,53 +42,115 @@ class Progress:
         unit: str = "items",
         stream: TextIO | None = None,
         quiet: bool = False,
-        log_interval: float = 10.0,
+        tick: float = TICK,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.label = label
         self.total = total
         self.unit = unit
         self.stream = stream or sys.stderr
-        self.quiet = quiet
+        self._clock = clock
         self.done = 0
+        self.weight_done = 0
+        self.total_weight: int | None = None
         self.extra: dict[str, str] = {}
-        self.started = time.monotonic()
-        self._last = self.started
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._interval = 0.1 if self._tty else log_interval
-        self._written_at: int | None = None  # the count last written, so finish() never repeats a line
+        self.started = clock()
+        self._samples: deque[tuple[float, int, int]] = deque([(self.started, 0, 0)])
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.quiet = quiet or not tty
+        self.tick = tick
+        self._lock = threading.Lock()
+        self._finished = threading.Event()
+        self._ticker: threading.Thread | None = None
 
-    def advance(self, count: int = 1, **extra) -> None:
-        self.done += count
-        self.extra.update({k: str(v) for k, v in extra.items()})
-        now = time.monotonic()
-        if now - self._last >= self._interval:
-            self._last = now
-            self._write(final=False)
+    def set_total(self, total: int | None, *, weight: int | None = None) -> None:
+        with self._lock:
+            self.total = total
+            self.total_weight = weight
+        self._start()
 
-    def line(self) -> str:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        rate = self.done / elapsed
-        text = f"{self.label}: {self.done:,}"
+    def advance(self, count: int = 1, *, weight: int | None = None, **extra) -> None:
+        with self._lock:
+            self.done += count
+            self.weight_done += count if weight is None else weight
+            self.extra.update({k: str(v) for k, v in extra.items()})
+            now = self._clock()
+            self._samples.append((now, self.done, self.weight_done))
+            while len(self._samples) > 2 and self._samples[0][0] < now - RECENT:
+                self._samples.popleft()
+        self._start()
+
+    def rate(self, now: float | None = None) -> tuple[float, float]:
+        """(items per second, weight per second) over the recent window; zero before anything was done."""
+        with self._lock:
+            return self._rate(self._clock() if now is None else now)
+
+    def _rate(self, now: float) -> tuple[float, float]:
+        first, last = self._samples[0], self._samples[-1]
+        # Up to now, not to the last report: a stall shows as a falling rate instead of a frozen one.
+        span = max(now, last[0]) - first[0]
+        if span <= 0 or last[1] == first[1]:
+            return 0.0, 0.0
+        return (last[1] - first[1]) / span, (last[2] - first[2]) / span
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds left at the recent rate, or None when there is no total or no rate yet."""
+        with self._lock:
+            return self._eta(self._clock() if now is None else now)
+
+    def _eta(self, now: float) -> float | None:
+        items, weight = self._rate(now)
+        if self.total_weight:
+            return (self.total_weight - self.weight_done) / weight if weight > 0 else None
         if self.total:
-            text += f"/{self.total:,} {self.unit} ({100 * self.done / self.total:.0f}%)"
-        else:
-            text += f" {self.unit}"
-        text += f", {rate:,.1f}/s"
-        if self.total and rate > 0 and self.done < self.total:
-            text += f", ETA {_duration((self.total - self.done) / rate)}"
-        for key, value in self.extra.items():
-            text += f", {key} {value}"
-        return text
+            return (self.total - self.done) / items if items > 0 else None
+        return None
 
-    def _write(self, final: bool) -> None:
-        if self.quiet or (final and not self._tty and self._written_at == self.done):
-            return
-        self._written_at = self.done
-        if self._tty:
-            self.stream.write("\r\033[K" + self.line() + ("\n" if final else ""))
-        else:
-            self.stream.write(self.line() + "\n")
-        self.stream.flush()
+    def line(self, now: float | None = None) -> str:
+        with self._lock:
+            now = self._clock() if now is None else now
+            text = f"{self.label}: {self.done:,}"
+            share = None
+            if self.total_weight:
+                share = self.weight_done / self.total_weight
+            elif self.total:
+                share = self.done / self.total
+            if self.total:
+                text += f"/{self.total:,}"
+            text += f" {self.unit}"
+            if share is not None:
+                text += f" ({100 * min(share, 1.0):.0f}%)"
+            items, _ = self._rate(now)
+            text += f", {items:,.1f}/s, {_duration(now - self.started)}"
+            eta = self._eta(now)
+            if eta is not None and share is not None and share < 1:
+                text += f", ETA {_duration(max(0.0, eta))}"
+            for key, value in self.extra.items():
+                text += f", {key} {value}"
+            return text
 
     def finish(self) -> None:
-        self._write(final=True)
+        if self._finished.is_set():
+            return
+        self._finished.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        if not self.quiet:
+            self._draw(final=True)
+
+    def _start(self) -> None:
+        if self.quiet or self._ticker is not None or self._finished.is_set():
+            return
+        with self._lock:
+            if self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="toolkit-progress", daemon=True)
+                self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._finished.wait(self.tick):
+            self._draw(final=False)
+
+    def _draw(self, final: bool) -> None:
+        text = self.line()
+        self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        self.stream.flush()

@@ -319,6 +319,80 @@ BEGIN
 END
 $$;
 
+-- The backfill's work queue, as a condition on d (a toolkit.documents row): the document has no rows in the
+-- version yet, or a row still without an embedding (left by a backfill of an older toolkit, which wrote rows
+-- first and embedded them later). A backfill writes each document's rows whole, in one transaction.
+CREATE OR REPLACE FUNCTION toolkit._pending_document_condition(target integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format(
+        '(NOT EXISTS (SELECT FROM toolkit.%1$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)'
+        ' OR (d.tenant, d.doc_id) IN (SELECT p.tenant, p.doc_id FROM toolkit.%1$I AS p'
+        ' WHERE p.embedding IS NULL AND NOT p.is_parent))',
+        toolkit._version_table(target))
+$$;
+
+-- Counts the documents a backfill of the version still has to write, and the bytes of their raw text.
+CREATE OR REPLACE FUNCTION toolkit.version_pending_documents(
+    target integer, OUT documents bigint, OUT bytes bigint
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format(
+        'SELECT count(*), coalesce(sum(octet_length(d.raw_text)), 0) FROM toolkit.documents AS d WHERE %s',
+        toolkit._pending_document_condition(target)) INTO documents, bytes;
+END
+$$;
+
+-- Claims, for the caller's transaction, up to max_documents pending documents after (after_tenant,
+-- after_doc_id) in key order, skipping those another transaction holds (FOR UPDATE SKIP LOCKED: two backfills
+-- never take the same document, and ingest, which updates a document's row, waits for the claim). Returns
+-- each claimed document with its text while it is still pending in a snapshot taken after the lock (a writer
+-- may have finished it between the scan and the lock: then raw_text is NULL), and whether rows of an older
+-- backfill must be rewritten, and where a PDF's pages start.
+CREATE OR REPLACE FUNCTION toolkit.claim_pending_documents(
+    target integer, after_tenant text, after_doc_id text, max_documents integer
+)
+RETURNS TABLE (tenant text, doc_id text, raw_text text, access_labels text[], rewrite boolean, pages jsonb)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tenants text [];
+    doc_ids text [];
+    condition text := toolkit._pending_document_condition(target);
+BEGIN
+    EXECUTE format(
+        'SELECT array_agg(k.tenant ORDER BY k.tenant, k.doc_id), array_agg(k.doc_id ORDER BY k.tenant, k.doc_id)'
+        ' FROM (SELECT d.tenant, d.doc_id FROM toolkit.documents AS d'
+        ' WHERE (d.tenant, d.doc_id) > ($1, $2) AND %s'
+        ' ORDER BY d.tenant, d.doc_id LIMIT $3 FOR UPDATE OF d SKIP LOCKED) AS k', condition)
+        INTO tenants, doc_ids USING after_tenant, after_doc_id, max_documents;
+    IF tenants IS NULL THEN
+        RETURN;
+    END IF;
+    -- A new statement, so a new snapshot: what committed before the locks were taken is seen now.
+    RETURN QUERY EXECUTE format(
+        'SELECT d.tenant, d.doc_id, CASE WHEN %1$s THEN d.raw_text END, d.access_labels,'
+        ' EXISTS (SELECT FROM toolkit.%2$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id),'
+        ' d.metadata -> ''pages'''
+        ' FROM unnest($1, $2) AS k (tenant, doc_id)'
+        ' INNER JOIN toolkit.documents AS d ON d.tenant = k.tenant AND d.doc_id = k.doc_id'
+        ' ORDER BY d.tenant, d.doc_id', condition, toolkit._version_table(target))
+        USING tenants, doc_ids;
+END
+$$;
+
 -- building -> ready: every row embedded and the HNSW index valid.
 -- Definer: changes a version's state and the live_chunks view, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.mark_version_ready(target integer)

@@ -411,6 +411,15 @@ class _CountingSplitter:
         self.out = []
 
     def run(self):
+        # A text within the budget is one chunk whatever its separators: counted once, instead of measuring the
+        # parts of its first separator level first (nearly all of the ~1 ms an 800-character document took).
+        whole = trim(self.text, Span(0, len(self.text)))
+        if whole is None:
+            return self.out
+        n = self.count_till(self.text[whole.start : whole.end], self.budget)
+        if n is not None:
+            self.out.append((whole, n))
+            return self.out
         self.split(0, len(self.text), self.parts_at(0, len(self.text), 0), False)
         return self.out
 

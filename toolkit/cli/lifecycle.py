@@ -33,11 +33,24 @@ def version_options(function):
     "--chunker", "chunker_spec", help="Chunker spec. Default: the one recommended for the model's input limit."
 )
 @click.option("--resume", is_flag=True, help="Continue a version that is already building.")
-@click.option("--batch-size", default=64, show_default=True, help="Rows per embedding batch (committed whole).")
-@click.option("--rate", "requests_per_minute", type=float, help="At most this many embedding requests per minute.")
-@click.option("--tpm", "tokens_per_minute", type=float, help="At most this many tokens per minute.")
+@click.option(
+    "--batch-size",
+    type=int,
+    help="About this many rows per transaction (whole documents). Default: about 2 s of the model's work.",
+)
+@click.option(
+    "--rate",
+    "requests_per_minute",
+    type=float,
+    help="At most this many embedding requests in any minute (spaced evenly, no burst).",
+)
+@click.option("--tpm", "tokens_per_minute", type=float, help="At most this many tokens in any minute.")
 @click.option("--max-cost", type=float, metavar="USD", help="Stop before the estimated spend would pass this.")
-@click.option("--workers", default=1, show_default=True, help="Parallel embedding workers (for remote models).")
+@click.option(
+    "--workers",
+    type=int,
+    help="Connections writing at once (default 2: one embeds while another chunks or writes).",
+)
 @click.option("--storage", type=click.Choice(["vector", "halfvec"]), default="vector", show_default=True)
 @click.option("--dims", "dimensions", type=int, help="Store fewer dimensions (models that support shortening only).")
 @FORMAT_OPTION
@@ -54,11 +67,12 @@ def backfill(
     dimensions,
     output_format,
 ) -> None:
-    """Chunk every stored document into the version for (--model, --chunker) and embed what is pending.
+    """Chunk, embed and write every stored document into the version for (--model, --chunker).
 
-    The database is the work queue, so --resume continues after a crash, Ctrl-C or reboot. Ctrl-C stops
-    cleanly after the current batch; a second Ctrl-C aborts it (the batch is rolled back). At the end the HNSW
-    index is built and the version becomes ready.
+    The database is the work queue: each document's rows are written whole, once, in the transaction that
+    claimed it, so --resume continues after a crash, Ctrl-C or reboot. Ctrl-C stops cleanly after the batches in
+    flight; a second Ctrl-C aborts them (they roll back). At the end the HNSW index is built and the version
+    becomes ready.
     """
     from toolkit.backfill import backfill as run
     from toolkit.cli._context import open_database
@@ -89,8 +103,16 @@ def backfill(
             storage=storage,
             dimensions=dimensions,
             stop=stop,
-            progress=Progress("backfill", unit="rows", quiet=output_format == "json" and not sys.stderr.isatty()),
+            progress=Progress("backfill", unit="documents"),
         )
+    except KeyboardInterrupt:
+        # The second Ctrl-C: the batches in flight are abandoned; their transactions roll back with the connections.
+        click.echo(
+            f"\ntoolkit: aborted; the batches in flight were rolled back. Continue with: toolkit backfill --model "
+            f"{model_alias}" + (f" --chunker {chunker_spec}" if chunker_spec else "") + " --resume",
+            err=True,
+        )
+        sys.exit(130)
     finally:
         signal.signal(signal.SIGINT, previous)
     if output_format == "json":
@@ -98,13 +120,20 @@ def backfill(
     else:
         click.echo(
             f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
-            f"{report.documents_chunked} documents chunked, {report.rows_embedded} rows embedded, "
-            f"{report.tokens:,} tokens, estimated ${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
+            f"{report.documents_chunked} documents chunked, {report.rows_written} rows written "
+            f"({report.rows_embedded} embedded), {report.tokens:,} tokens, estimated "
+            f"${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
         )
+        if report.documents_without_chunks:
+            click.echo(
+                f"{report.documents_without_chunks} document(s) made no chunk with {report.chunker_version} "
+                "(nothing to search in them); they stay in the queue and are checked again by --resume.",
+                err=True,
+            )
         if report.index_seconds is not None:
             click.echo(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
         elif report.state == "building" and not report.stopped:
-            click.echo("Another backfill of this version holds its last rows and will build the index.")
+            click.echo("Another backfill of this version holds its last documents and will build the index.")
     if report.stopped:
         reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
         click.echo(

@@ -45,14 +45,31 @@ class Embedder:
         """
         return self._token_counts([text], is_query=False)[0]
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed documents (document prefix applied inside): float32 array, shape (len(texts), dimensions)."""
+    def embed_documents(self, texts: Sequence[str], *, token_counts: Sequence[int] | None = None) -> np.ndarray:
+        """Embed documents (document prefix applied inside): float32 array, shape (len(texts), dimensions).
+
+        ``token_counts``, when the caller has them already (``count_tokens`` / ``count_chunk_tokens`` of these
+        texts, as backfill has for its budget), saves counting every text a second time."""
         texts = _as_text_list(texts)
         if not texts:
             return np.zeros((0, self.dimensions or 0), dtype=np.float32)
-        counts = self._token_counts(texts, is_query=False)
+        if token_counts is None:
+            counts = self._token_counts(texts, is_query=False)
+        else:
+            counts = [int(count) for count in token_counts]
+            if len(counts) != len(texts):
+                raise InputError(f"{len(counts)} token counts were given for {len(texts)} texts; give one per text.")
         self._refuse_over_limit(counts)
         return self._checked(self._embed(texts, is_query=False, token_counts=counts), len(texts))
+
+    def count_chunk_tokens(self, chunks) -> list[int]:
+        """``count_tokens(chunk.embed_text)`` for each chunk; a provider whose count is the chunker's own
+        (cl100k, no prefix) takes the count the chunker already made."""
+        return self._token_counts([chunk.embed_text for chunk in chunks], is_query=False)
+
+    def probe(self) -> np.ndarray:
+        """Embed one short string (``model add`` checks a model with it); providers may fail faster here."""
+        return self.embed_documents(["dimension probe"])
 
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one search query (query prefix applied inside): float32 array of shape (dimensions,)."""
@@ -127,6 +144,13 @@ def check_vectors(vectors, expected_count: int, dimensions: int | None, *, sourc
             f"{source} returned a vector with NaN or infinite values (input {row}); nothing was kept. "
             f"The model or server is faulty: retry later or use another model."
         )
+    zero = ~array.any(axis=1)
+    if zero.any():
+        row = int(np.argmax(zero))
+        raise EmbeddingError(
+            f"{source} returned an all-zero vector (input {row}); nothing was kept. A zero vector has no direction "
+            f"(its cosine distance to anything is NaN): the model or server is faulty."
+        )
     return array
 
 
@@ -185,7 +209,7 @@ def probe_dimensions(embedder: Embedder) -> int:
     The model registry calls this once when a model is added, to confirm (or learn) its dimensions. If the
     embedder declares dimensions and the model answers with another size, this raises EmbeddingError.
     """
-    vector = embedder.embed_documents(["dimension probe"])
+    vector = embedder.probe()
     return int(vector.shape[1])
 
 

@@ -79,9 +79,10 @@ class SentenceTransformerEmbedder(Embedder):
         self.batch_size = positive_int(batch_size or 32, "batch_size")
 
     def _token_counts(self, texts: list[str], is_query: bool) -> list[int]:
-        encoded = self._model.tokenizer(
-            self._prefixed(texts, is_query), add_special_tokens=True, truncation=False, verbose=False
-        )
+        with self._lock:  # a Hugging Face fast tokenizer raises "Already borrowed" when two threads use it at once
+            encoded = self._model.tokenizer(
+                self._prefixed(texts, is_query), add_special_tokens=True, truncation=False, verbose=False
+            )
         return [len(ids) for ids in encoded["input_ids"]]
 
     def _embed(self, texts: list[str], is_query: bool, token_counts: list[int]) -> np.ndarray:
