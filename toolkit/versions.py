@@ -40,6 +40,7 @@ class VersionStatus:
     last_recall: float | None
     evaluation_current: bool
     rollback_target: bool
+    pending_documents: int | None  # documents a backfill has still to chunk and embed into this version
 
 
 def _scalar(conn: psycopg.Connection, query: str, params: tuple = ()):

@@ -409,8 +409,8 @@ $$;
 -- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
 DROP FUNCTION IF EXISTS toolkit.version_status();
 
--- One row per version: model, chunker, state, what it serves, rows, pending rows, documents and tenants, index
--- validity, the last evaluation (and whether it still counts for a cutover).
+-- One row per version: model, chunker, state, what it serves, rows, pending rows and documents, documents and
+-- tenants, index validity, the last evaluation (and whether it still counts for a cutover).
 -- Definer: counts every tenant's rows of the chunk tables.
 CREATE OR REPLACE FUNCTION toolkit.version_status()
 RETURNS TABLE (
@@ -432,7 +432,8 @@ RETURNS TABLE (
     tenants bigint,
     last_recall double precision,
     evaluation_current boolean,
-    rollback_target boolean
+    rollback_target boolean,
+    pending_documents bigint
 )
 LANGUAGE plpgsql
 STABLE
@@ -458,10 +459,13 @@ BEGIN
         state_changed_at := v.state_changed_at;
         total_rows := NULL;
         pending_rows := NULL;
+        pending_documents := NULL;
         documents := NULL;
         tenants := NULL;
         index_valid := NULL;
         IF v.state <> 'retired' THEN
+            -- A backfill writes a document's rows once, embedded: what it has still to do is documents.
+            SELECT p.documents INTO pending_documents FROM toolkit.version_pending_documents(v.version) AS p;
             EXECUTE format(
                 'SELECT count(*), count(*) FILTER (WHERE embedding IS NULL AND NOT is_parent),'
                 ' count(DISTINCT (tenant, doc_id)), count(DISTINCT tenant) FROM toolkit.%I',

@@ -143,7 +143,7 @@ def status_command(output_format: str) -> None:
             "state",
             "serving",
             "total_rows",
-            "pending_rows",
+            "pending_documents",
             "documents",
             "tenants",
             "index_valid",
