@@ -1,0 +1,92 @@
+"""Values refused where the command line reads them, as usage errors (exit 2) with one sentence.
+
+Numbers go through the library's rules (toolkit.validation) as click parameter types, so the CLI and the
+Python API refuse the same values with the same words. Text that PostgreSQL cannot store (bytes that are not
+UTF-8, NUL bytes) is refused for every parameter of every command by one check installed on the whole command
+tree (``refuse_unstorable_text``), so a new option is covered without anyone remembering to.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+
+import click
+
+from toolkit.errors import InputError
+from toolkit.validation import RETENTION_DAYS, NumberRule, shown, text_problem
+
+
+class Number(click.ParamType):
+    """A number checked against a library rule: ``type=Number(BATCH_ROWS)``."""
+
+    def __init__(self, rule: NumberRule):
+        self.rule = rule
+        self.name = "integer" if rule.whole else "float"
+
+    def convert(self, value, param, ctx):
+        try:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return self.rule.check(value)  # a default given as a number
+            return self.rule.parse(value)
+        except InputError as error:
+            self.fail(str(error), param, ctx)
+
+    def __repr__(self) -> str:
+        return f"Number({self.rule.what!r})"
+
+
+class Duration(click.ParamType):
+    """A rollback window such as 7d, 12h, 30m or 0, read by the library's parser and bounded; the command
+    receives the text as typed."""
+
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        from toolkit.cutover import parse_duration
+
+        try:
+            window = parse_duration(str(value))
+            RETENTION_DAYS.check(window / timedelta(days=1))
+        except InputError as error:
+            self.fail(str(error), param, ctx)
+        except OverflowError:
+            self.fail(RETENTION_DAYS.refuse(value).args[0], param, ctx)
+        return value
+
+
+def _values(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _values(item)
+
+
+def check_stored_text(ctx: click.Context) -> None:
+    """Refuses, as a usage error, a parameter value that is not UTF-8 or holds a NUL byte. File paths may be
+    any bytes (the files named are then reported and skipped one by one), but never a NUL byte."""
+    for param in ctx.command.params:
+        for value in _values(ctx.params.get(param.name)):
+            problem = text_problem(value)
+            if problem is None:
+                continue
+            if isinstance(param.type, click.Path) and "NUL" not in problem:
+                continue
+            raise click.BadParameter(f"{shown(value)} {problem}; pass it as UTF-8 text.", ctx=ctx, param=param)
+
+
+def refuse_unstorable_text(command: click.Command) -> None:
+    """Installs ``check_stored_text`` in front of the callback of ``command`` and of every command under it."""
+    if command.callback is not None and not getattr(command.callback, "_checks_text", False):
+        callback = command.callback
+
+        @functools.wraps(callback)
+        def checked(*args, **kwargs):
+            check_stored_text(click.get_current_context())
+            return callback(*args, **kwargs)
+
+        checked._checks_text = True
+        command.callback = checked
+    for sub in getattr(command, "commands", {}).values():
+        refuse_unstorable_text(sub)
