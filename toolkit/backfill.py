@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from toolkit import versions
+from toolkit import validation, versions
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows, vector_schema
@@ -348,10 +348,13 @@ def backfill(
 ) -> BackfillReport:
     """Creates or resumes the version for (model, chunker), chunks and embeds everything pending, then
     builds the index and marks the version ready. ``stop`` (set by Ctrl-C) ends it after the current batch."""
-    if batch_size < 1 or workers < 1:
-        raise InputError("--batch-size and --workers must be at least 1.")
-    if max_cost is not None and max_cost < 0:
-        raise InputError("--max-cost must not be negative.")
+    # Every value is checked before the version is created: a refusal leaves nothing behind.
+    validation.BATCH_ROWS.check(batch_size)
+    validation.WORKERS.check(workers)
+    validation.REQUESTS_PER_MINUTE.check_optional(requests_per_minute)
+    validation.TOKENS_PER_MINUTE.check_optional(tokens_per_minute)
+    validation.COST_LIMIT.check_optional(max_cost)
+    validation.DIMENSIONS.check_optional(dimensions)
     stop = stop or threading.Event()
     started = time.perf_counter()
     with connect(database_url) as conn:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError
 
@@ -47,6 +48,9 @@ def validate_alias(alias: str) -> str:
 def insert_model(conn: psycopg.Connection, model: Model, *, replace: bool = False) -> None:
     """Registers a model under its alias (``replace`` updates an existing alias)."""
     validate_alias(model.alias)
+    validation.DIMENSIONS.check(model.dimensions)
+    validation.MAX_INPUT_TOKENS.check(model.max_input_tokens)
+    validation.PRICE.check(model.price_per_million_tokens)
     if model.distance not in DISTANCES:
         raise InputError(f"The distance {model.distance!r} is unknown; use one of {', '.join(DISTANCES)}.")
     values = asdict(model)
@@ -153,6 +157,9 @@ def register_model(
     from toolkit.embedding.base import probe_dimensions
 
     validate_alias(alias)
+    validation.DIMENSIONS.check_optional(dimensions)
+    validation.MAX_INPUT_TOKENS.check_optional(max_input_tokens)
+    validation.PRICE.check(price_per_million_tokens)
     settings = dict(options or {})
     for key, value in (
         ("base_url", base_url),

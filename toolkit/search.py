@@ -14,6 +14,7 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
 
@@ -135,8 +136,8 @@ def search(
     """
     if not isinstance(tenant, str) or not tenant:
         raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
-    if not isinstance(k, int) or not 1 <= k <= 250:
-        raise InputError(f"k must be a whole number from 1 to 250, not {k!r}.")
+    validation.RESULTS.check(k)
+    validation.EF_SEARCH.check_optional(ef_search)
     expand = parse_expand(expand)
     unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
     if unknown:

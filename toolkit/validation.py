@@ -75,7 +75,10 @@ class NumberRule:
                 number = float(cleaned)
             except ValueError:
                 raise self.refuse(text) from None
-        return self.check(number)
+        try:
+            return self.check(number)
+        except InputError:
+            raise self.refuse(text) from None  # quote what was typed, not its conversion
 
 
 # One rule per kind of value; the bounds are where a larger value is a typo, not a plan.
@@ -92,7 +95,7 @@ COST_LIMIT = NumberRule("the cost limit (USD)", 0, 1e9, whole=False, hint="omit 
 PRICE = NumberRule("the price (USD per million tokens)", 0, 1e6, whole=False)
 DIMENSIONS = NumberRule("the number of dimensions", 1, 16_000, hint="pgvector stores at most 16,000")
 MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
-RESULTS = NumberRule("k (chunks retrieved per query)", 1, 250)
+RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 250)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
@@ -102,7 +105,7 @@ PROMPT_TOKENS = NumberRule("the token count", 0, 10_000_000)
 WORDS_PER_PAGE = NumberRule("the words per page", 0, 100_000, whole=False, above_minimum=True)
 TOKENS_PER_WORD = NumberRule("the tokens per word", 0, 100, whole=False, above_minimum=True)
 VERSION_NUMBER = NumberRule("the version number", 1, 2_147_483_647)
-RETENTION_DAYS = NumberRule("the rollback window (days)", 0, 36_500)
+RETENTION_DAYS = NumberRule("the rollback window (days)", 0, 36_500, whole=False)
 
 
 def text_problem(value: str) -> str | None:

@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError
 from toolkit.metrics import RetrievalMetrics, aggregate, score_query
@@ -185,8 +186,9 @@ def verify(
     max_drop: float = 0.0,
 ) -> VerifyReport:
     """Scores the candidate (and the active version, if another one is active), applies the gate, stores it."""
-    if k < 1:
-        raise InputError("-k must be at least 1.")
+    validation.RESULTS.check(k)
+    validation.RECALL.check_optional(min_recall)
+    validation.RECALL_DROP.check(max_drop)
     tenant = pick_tenant(conn, tenant)
     queries = load_queries(queries_path, tenant_documents(conn, tenant))
     if not queries:

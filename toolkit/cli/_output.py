@@ -54,3 +54,8 @@ def emit(rows: Sequence[dict], output_format: str, columns: Sequence[str] | None
         click.echo(to_json(list(rows)))
     else:
         print_table(rows, columns)
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 query``, ``2 queries``, ``1,200 documents``."""
+    return f"{count:,} {word if count == 1 else words or word + 's'}"

@@ -36,23 +36,39 @@ class Number(click.ParamType):
         return f"Number({self.rule.what!r})"
 
 
-class Duration(click.ParamType):
-    """A rollback window such as 7d, 12h, 30m or 0, read by the library's parser and bounded; the command
-    receives the text as typed."""
+class Checked(click.ParamType):
+    """Text that a library parser reads (``parse(text)`` raises InputError); the command receives the text as
+    typed and parses it again, so the parser stays the one source of truth."""
 
-    name = "duration"
+    def __init__(self, parse, name: str = "text"):
+        self.parse = parse
+        self.name = name
 
     def convert(self, value, param, ctx):
-        from toolkit.cutover import parse_duration
-
         try:
-            window = parse_duration(str(value))
-            RETENTION_DAYS.check(window / timedelta(days=1))
+            self.parse(value)
         except InputError as error:
             self.fail(str(error), param, ctx)
-        except OverflowError:
-            self.fail(RETENTION_DAYS.refuse(value).args[0], param, ctx)
+        except (ValueError, OverflowError):
+            self.fail(f"{shown(value)} is not a usable {self.name}.", param, ctx)
         return value
+
+
+def _rollback_window(text: str) -> None:
+    from toolkit.cutover import parse_duration
+
+    try:
+        window = parse_duration(str(text))
+    except OverflowError:
+        raise RETENTION_DAYS.refuse(text) from None
+    RETENTION_DAYS.check(window / timedelta(days=1))
+
+
+class Duration(Checked):
+    """A rollback window such as 7d, 12h, 30m or 0."""
+
+    def __init__(self):
+        super().__init__(_rollback_window, "duration")
 
 
 def _values(value):

@@ -6,6 +6,8 @@ import click
 
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli._params import Number
+from toolkit.validation import EF_SEARCH, RESULTS
 
 COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 
@@ -13,7 +15,7 @@ COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 @click.command(short_help="Search the active version as an application would.")
 @click.argument("question")
 @click.option("--tenant", required=True, help="Search this tenant's chunks (row-level security applies).")
-@click.option("-k", "k", type=click.IntRange(1, 250), default=5, show_default=True, help="Results to return.")
+@click.option("-k", "k", type=Number(RESULTS), default=5, show_default=True, help="Results to return.")
 @click.option("--hybrid", is_flag=True, help="Fuse full-text and vector ranks (finds codes and identifiers).")
 @click.option("--expand", metavar="parent|window:N", help="Return each hit's parent, or N chunks on each side.")
 @click.option(
@@ -24,7 +26,7 @@ COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
     help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels; repeatable.",
 )
 @click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
-@click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this search (default 40).")
+@click.option("--ef-search", type=Number(EF_SEARCH), help="hnsw.ef_search for this search (default 40).")
 @FORMAT_OPTION
 def search(question, tenant, k, hybrid, expand, filters, principals, ef_search, output_format) -> None:
     """Search the active version for QUESTION, embedded with the active model (and its query prefix).
