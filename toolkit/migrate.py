@@ -19,27 +19,42 @@ def _config(url: str, stdout=None):
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Upgrades the database to ``revision`` (default: head) in one transaction."""
+def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Upgrades the database to ``revision`` (default: head) in one transaction; returns the revisions
+    before and after (equal when it was already there: the idempotent SQL is re-applied all the same)."""
     from alembic import command
 
-    _run(command.upgrade, url, revision)
+    return _run(command.upgrade, url, revision)
 
 
-def downgrade(url: str, revision: str) -> None:
-    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema)."""
+def downgrade(url: str, revision: str) -> tuple[str | None, str | None]:
+    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema); returns the revisions
+    before and after."""
     from alembic import command
 
-    _run(command.downgrade, url, revision)
+    return _run(command.downgrade, url, revision)
 
 
-def _run(action, url: str, revision: str) -> None:
+def database_revision(url: str) -> str | None:
+    """The revision of the database at ``url`` (None: no toolkit schema)."""
+    from toolkit.database import connect
+
+    with connect(url, autocommit=True, register_vector=False) as conn:
+        return current_revision(conn)
+
+
+def _run(action, url: str, revision: str) -> tuple[str | None, str | None]:
     import psycopg
 
+    from toolkit.database_errors import describe_database_error
+
+    before = database_revision(url)
     try:
         action(_config(url), revision)
     except psycopg.Error as error:
-        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {error}".strip()) from error
+        reason = describe_database_error(error)
+        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
+    return before, database_revision(url)
 
 
 def head_revision() -> str:

@@ -95,11 +95,18 @@ def migrate(revision: str, downgrade: bool) -> None:
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
     if downgrade:
-        migrations.downgrade(database.url, revision)
-        click.echo(f"Downgraded to {revision}.")
+        before, after = migrations.downgrade(database.url, revision)
+        if before == after:
+            click.echo(f"Already at {after or 'base'}; nothing was downgraded.")
+        else:
+            click.echo(f"Downgraded from {before} to {after or 'base'}.")
+        return
+    before, after = migrations.upgrade(database.url, revision)
+    at_head = " (head)" if after == migrations.head_revision() else ""
+    if before == after:
+        click.echo(f"Already at {after}{at_head}; the functions, views, policies and grants were re-applied.")
     else:
-        migrations.upgrade(database.url, revision)
-        click.echo(f"Upgraded to {revision} ({migrations.head_revision() if revision == 'head' else revision}).")
+        click.echo(f"Upgraded from {before or 'an empty schema'} to {after}{at_head}.")
 
 
 @click.command(name="status", short_help="Every version: state, rows, pending rows, index, last evaluation.")

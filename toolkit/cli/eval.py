@@ -55,7 +55,7 @@ COLUMNS = [
     type=click.Choice(["embedding", "bow"]),
     default="embedding",
     show_default=True,
-    help="embedding: cosine of the model's vectors; bow: the seed's bag-of-words cosine (no model).",
+    help="embedding: cosine of the model's vectors; bow: a bag-of-words cosine (no model; see docs/evaluation.md).",
 )
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write recall against tokens per query to this PNG.")
 @click.option(
