@@ -99,9 +99,11 @@ _BY_SQLSTATE = {
 }
 
 
-def one_line(text: str) -> str:
-    """libpq's several lines (tabs, blank lines, ``DETAIL:`` and ``HINT:`` parts) as one line."""
-    return " ".join(str(text).split())
+def one_line(text, limit: int = 300) -> str:
+    """libpq's several lines (tabs, blank lines, ``DETAIL:`` and ``HINT:`` parts) as one line, at most
+    ``limit`` characters (a server quotes a whole bad URL or value back)."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _where(text: str) -> str:

@@ -106,6 +106,9 @@ WORDS_PER_PAGE = NumberRule("the words per page", 0, 100_000, whole=False, above
 TOKENS_PER_WORD = NumberRule("the tokens per word", 0, 100, whole=False, above_minimum=True)
 VERSION_NUMBER = NumberRule("the version number", 1, 2_147_483_647)
 RETENTION_DAYS = NumberRule("the rollback window (days)", 0, 36_500, whole=False)
+CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
+# No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
+MAX_ARGUMENT_CHARS = 10_000
 
 
 def text_problem(value: str) -> str | None:

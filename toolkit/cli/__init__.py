@@ -12,7 +12,7 @@ import pkgutil
 import click
 
 from toolkit import __version__
-from toolkit.cli._params import refuse_unstorable_text
+from toolkit.cli._params import check_arguments, refuse_unstorable_text
 from toolkit.errors import ToolkitError
 
 
@@ -25,7 +25,12 @@ class Settings:
 
 
 class ToolkitGroup(click.Group):
-    """Turns library errors into clean CLI errors (message, non-zero exit, no traceback)."""
+    """Turns library errors into clean CLI errors (message, non-zero exit, no traceback), and refuses
+    arguments no parameter can take before any is read."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        check_arguments(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -45,6 +50,7 @@ def _unexpected(error: Exception) -> str | None:
     import psycopg
 
     from toolkit.database_errors import describe_database_error, one_line
+    from toolkit.validation import shown
 
     if isinstance(error, psycopg.Error):
         return describe_database_error(error)
@@ -55,7 +61,7 @@ def _unexpected(error: Exception) -> str | None:
             return describe_database_error(cause)
         return f"The migration tool failed: {one_line(error)}. Check the revision name and the database URL."
     if isinstance(error, OSError):
-        where = f": {error.filename!r}" if error.filename else ""
+        where = f": {shown(error.filename)}" if error.filename else ""
         return f"{error.strerror or one_line(error)}{where}. Check the path and permissions."
     if isinstance(error, UnicodeError):
         return (

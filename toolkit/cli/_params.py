@@ -14,7 +14,7 @@ from datetime import timedelta
 import click
 
 from toolkit.errors import InputError
-from toolkit.validation import RETENTION_DAYS, NumberRule, shown, text_problem
+from toolkit.validation import MAX_ARGUMENT_CHARS, RETENTION_DAYS, NumberRule, shown, text_problem
 
 
 class Number(click.ParamType):
@@ -71,6 +71,31 @@ class Duration(Checked):
         super().__init__(_rollback_window, "duration")
 
 
+class MaybeEmpty(click.types.StringParamType):
+    """Text for which an empty value means something (a prefix of nothing); every other parameter refuses
+    an empty value, which is an unset variable in a script far more often than a choice."""
+
+    allow_empty = True
+
+
+def check_arguments(args: list[str]) -> None:
+    """Refuses, before click reads them, arguments no parameter can take: a NUL byte (no C string, file name
+    or PostgreSQL text holds one) or more than MAX_ARGUMENT_CHARS characters."""
+    for position, argument in enumerate(args):
+        where = f"the value after {args[position - 1]}" if position else "the first argument"
+        if "\x00" in argument:
+            at = argument.index("\x00") + 1
+            raise click.UsageError(
+                f"{where[0].upper()}{where[1:]} contains a NUL byte (character {at}), which no file name or text "
+                "value can hold; remove it."
+            )
+        if len(argument) > MAX_ARGUMENT_CHARS:
+            raise click.UsageError(
+                f"{where[0].upper()}{where[1:]} is {len(argument):,} characters long; no option takes more than "
+                f"{MAX_ARGUMENT_CHARS:,}."
+            )
+
+
 def _values(value):
     if isinstance(value, str):
         yield value
@@ -80,14 +105,17 @@ def _values(value):
 
 
 def check_stored_text(ctx: click.Context) -> None:
-    """Refuses, as a usage error, a parameter value that is not UTF-8 or holds a NUL byte. File paths may be
-    any bytes (the files named are then reported and skipped one by one), but never a NUL byte."""
+    """Refuses, as a usage error, a parameter value that is empty, not UTF-8 or holds a NUL byte. File paths
+    may be any bytes (the files named are then reported and skipped one by one), but never empty: an empty path
+    would mean the current directory, an empty spec or alias the default, neither what an unset variable meant."""
     for param in ctx.command.params:
+        is_path = isinstance(param.type, click.Path)
         for value in _values(ctx.params.get(param.name)):
+            if value == "" and not getattr(param.type, "allow_empty", False):
+                what = "the path is empty; name a file or directory" if is_path else "the value is empty; give one"
+                raise click.BadParameter(f"{what}, or leave the option out.", ctx=ctx, param=param)
             problem = text_problem(value)
-            if problem is None:
-                continue
-            if isinstance(param.type, click.Path) and "NUL" not in problem:
+            if problem is None or (is_path and "NUL" not in problem):
                 continue
             raise click.BadParameter(f"{shown(value)} {problem}; pass it as UTF-8 text.", ctx=ctx, param=param)
 

@@ -13,7 +13,7 @@ from toolkit.errors import InputError
 
 
 def _count(what: str) -> Checked:
-    return Checked(lambda text: lib.parse_count(text, what), "count")
+    return Checked(lambda text: validation.CORPUS_COUNT.check(lib.parse_count(text, what)), "count")
 
 
 def _overlap(text: str) -> None:

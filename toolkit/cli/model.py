@@ -7,7 +7,7 @@ import dataclasses
 import click
 
 from toolkit.cli._output import FORMAT_OPTION, emit
-from toolkit.cli._params import Number
+from toolkit.cli._params import MaybeEmpty, Number
 from toolkit.validation import DIMENSIONS, MAX_INPUT_TOKENS, PRICE
 
 PROVIDERS = ["openai", "sentence-transformers", "e5", "hashing"]
@@ -30,8 +30,8 @@ def model() -> None:
 @click.option(
     "--base-url", help="OpenAI-compatible server URL (openai provider). The API key comes from OPENAI_API_KEY."
 )
-@click.option("--query-prefix", help="Text put before every query (e.g. 'query: ').")
-@click.option("--document-prefix", help="Text put before every document chunk.")
+@click.option("--query-prefix", type=MaybeEmpty(), help="Text put before every query (e.g. 'query: ').")
+@click.option("--document-prefix", type=MaybeEmpty(), help="Text put before every document chunk.")
 @click.option(
     "--max-input-tokens", type=Number(MAX_INPUT_TOKENS), help="The model's input limit, if not known to the toolkit."
 )
