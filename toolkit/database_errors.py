@@ -82,6 +82,8 @@ _MEANINGS: list[tuple[re.Pattern, str]] = [
     ),
 ]
 
+_POSTMASTER_DIED = re.compile(r"unexpected postmaster exit|postmaster exited")
+
 # Server errors whose SQLSTATE says enough on its own.
 _BY_SQLSTATE = {
     "57P01": "The database server ended the session (an administrator shut it down or terminated it); "
@@ -120,6 +122,11 @@ def describe_database_error(error: BaseException) -> str:
     """One line for a database error nobody translated more specifically: its meaning and the fix."""
     text = str(error)
     sqlstate = getattr(error, "sqlstate", None)
+    if _POSTMASTER_DIED.search(text):  # said with 57P01, like an administrator's shutdown
+        return (
+            "The database server crashed (its main process died) and ended this session; the unfinished "
+            "transaction was rolled back and nothing of it was kept; " + RUN_AGAIN + "."
+        )
     if sqlstate in _BY_SQLSTATE:
         return _BY_SQLSTATE[sqlstate]
     # Client-side failures carry no SQLSTATE; the server's own connection errors are in classes 08, 53 and 57.
