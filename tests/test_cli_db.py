@@ -102,6 +102,8 @@ url = start("first start")
 session = connect(url, autocommit=True)
 pid = kill_postmaster()
 report["killed is a zombie"] = state(pid) == "Z"
+status = runner.invoke(main, ["--data-dir", data_dir, "db", "status", "--format", "json"])
+report["status next to the zombie"] = status.output
 try:
     with translate_errors():
         session.execute("SELECT 1")
@@ -130,6 +132,7 @@ def test_db_start_right_after_kill_9_succeeds_the_first_time(data_dir):
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["first start"]["exit"] == 0, report
     assert report["killed is a zombie"] and report["killed is gone"]
+    assert json.loads(report["status next to the zombie"])["running"] is False
     for step in ("start next to the zombie", "start over a stale lock file"):
         assert report[step]["exit"] == 0, report[step]["output"]
         assert "Traceback" not in report[step]["output"]
@@ -164,3 +167,20 @@ def test_a_terminated_session_and_a_refused_connection_are_one_line(database_url
         "server is not running, or was just stopped or crashed); start it (toolkit db start for the embedded "
         "server) or check --database-url / TOOLKIT_DATABASE_URL."
     )
+
+
+def test_migrate_says_where_it_started_and_that_head_is_already_there(database_url):
+    from toolkit import migrate
+
+    head, previous = migrate.head_revision(), migrate.revisions()[-2]
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(main, ["--database-url", database_url, "migrate", *args])
+        assert result.exit_code == 0, result.output
+        return result.output.strip()
+
+    assert run() == f"Already at {head} (head); the functions, views, policies and grants were re-applied."
+    assert run(previous, "--downgrade") == f"Downgraded from {head} to {previous}."
+    assert run(previous, "--downgrade") == f"Already at {previous}; nothing was downgraded."
+    assert run() == f"Upgraded from {previous} to {head} (head)."
