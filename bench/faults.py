@@ -573,7 +573,8 @@ def flaky_test(runs: int) -> Scenario:
         )
         scenario.trials += 1
         if run.returncode != 0:
-            scenario.fail(last_line(run.stdout)[:160])
+            reason = next((line[1:].strip() for line in run.stdout.splitlines() if line.startswith("E ")), "")
+            scenario.fail(reason[:160] or last_line(run.stdout)[:160])
     return scenario
 
 
@@ -620,7 +621,7 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     rng = random.Random(args.seed)
     machine = {
-        "command": "python bench/faults.py " + " ".join(sys.argv[1:]).replace("--write", "").strip(),
+        "command": " ".join(["python bench/faults.py", *(a for a in sys.argv[1:] if a != "--write")]),
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "load_before": load(),

@@ -1,9 +1,10 @@
 """Values refused where the command line reads them, as usage errors (exit 2) with one sentence.
 
 Numbers go through the library's rules (toolkit.validation) as click parameter types, so the CLI and the
-Python API refuse the same values with the same words. Text that PostgreSQL cannot store (bytes that are not
-UTF-8, NUL bytes) is refused for every parameter of every command by one check installed on the whole command
-tree (``refuse_unstorable_text``), so a new option is covered without anyone remembering to.
+Python API refuse the same values with the same words. Text is checked for every parameter of every command by
+two checks on the whole command tree, so a new option is covered without anyone remembering to: before click
+reads anything, an argument with a NUL byte or over MAX_ARGUMENT_CHARS (``check_arguments``, called by the root
+group); after, a value that is empty or not UTF-8 (``refuse_unstorable_text``; file paths may be any bytes).
 """
 
 from __future__ import annotations
