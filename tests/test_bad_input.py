@@ -141,11 +141,20 @@ ROWS = [
     row("chunk", "--overlap", "chunk {file} --size 40 --overlap {}", number(zero=READ)),
     row("chunk", "--embedder", "chunk {file} --strategy semantic --embedder {}", named(REFUSED)),
     row("chunk", "--format", "chunk {file} --format {}", choice()),
+    # canary (version 2 is ready; a legal value would start a canary)
+    row("canary", "--model", "canary --percent 10 --model {}", NOT_A_MODEL),
+    row("canary", "--chunker", "canary --percent 10 --model h --chunker {}", named(REFUSED)),
+    row("canary", "--version", "canary --percent 10 --force --version {}", number()),
+    row("canary", "--percent", "canary --version 2 --force --percent {}", number(zero=WRITE)),
+    row("canary", "--tenants", "canary --version 2 --force --tenants {}", named(WRITE)),
+    row("canary", "--reason", "canary --version 2 --force --percent 10 --reason {}", named(WRITE)),
+    row("canary", "--format", "canary --format {}", choice()),
     # cutover (version 1 is active; a legal reason would write an audit row)
     row("cutover", "--model", "cutover --model {}", NOT_A_MODEL),
     row("cutover", "--chunker", "cutover --model h --chunker {}", named(REFUSED)),
     row("cutover", "--version", "cutover --version {}", number()),
     row("cutover", "--reason", "cutover --version 1 --reason {}", named(WRITE)),
+    row("cutover", "--format", "cutover --version 2 --force --format {}", choice()),
     # db
     row("db status", "--format", "db status --format {}", choice()),
     # estimate (no database)
@@ -201,11 +210,17 @@ ROWS = [
     row("model add", "--option", f"{ADD} --option {{}}", named(REFUSED)),
     row("model add", "--price", f"{ADD} --price {{}}", number(zero=WRITE)),
     row("model list", "--format", "model list --format {}", choice()),
+    # query-log (a legal value changes the log's settings)
+    row("query-log", "--sample-rate", "query-log --sample-rate {}", number(zero=WRITE)),
+    row("query-log", "--retention", "query-log --retention {}", named(USAGE, zero=WRITE)),
+    row("query-log", "--format", "query-log --format {}", choice()),
     # retire (--dry-run: reads only)
     row("retire", "--older-than", "retire --dry-run --older-than {}", named(USAGE, zero=READ)),
     row("retire", "--version", "retire --dry-run --version {}", number()),
+    row("retire", "--format", "retire --dry-run --format {}", choice()),
     # rollback (nothing is on standby; a legal reason would be recorded by a rollback)
     row("rollback", "--reason", "rollback --reason {}", named(WRITE)),
+    row("rollback", "--format", "rollback --format {}", choice()),
     # search (reads only)
     row(
         "search",
@@ -219,9 +234,28 @@ ROWS = [
     row("search", "--filter", f"{SEARCH} --filter {{}}", named(REFUSED)),
     row("search", "--principal", f"{SEARCH} --principal {{}}", named(READ)),
     row("search", "--ef-search", f"{SEARCH} --ef-search {{}}", number()),
+    row("search", "--request-key", f"{SEARCH} --request-key {{}}", named(READ)),
+    row("search", "--version", f"{SEARCH} --version {{}}", number()),
+    # shadow (replays questions on version 1 and the candidate, version 2; reads only)
+    row("shadow", "--model", "shadow --queries {queries} --model {}", NOT_A_MODEL),
+    row("shadow", "--chunker", "shadow --queries {queries} --model h --chunker {}", named(REFUSED)),
+    row("shadow", "--version", "shadow --queries {queries} --version {}", number()),
+    row("shadow", "--queries", "shadow --version 2 --queries {}", path(USAGE)),
+    # the query log is empty: a legal --since finds nothing to replay
+    row("shadow", "--since", "shadow --version 2 --from-log --since {}", named(USAGE, zero=REFUSED)),
+    row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(READ)),
+    row("shadow", "-k", "shadow --version 2 --queries {queries} -k {}", number()),
+    row("shadow", "--format", "shadow --version 2 --queries {queries} --format {}", choice()),
     row("search", "--format", f"{SEARCH} --format {{}}", choice()),
     # status
     row("status", "--format", "status --format {}", choice()),
+    # tenant (bindings of logins; matrix_reader exists)
+    row("tenant grant", "login", ["tenant", "grant", V, "acme"], named(REFUSED, negative=USAGE)),
+    row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(WRITE, negative=USAGE)),
+    # revoking from a login that does not exist changes nothing and says so as if it did (reported to the lead)
+    row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(READ, negative=USAGE)),
+    row("tenant revoke", "tenants", ["tenant", "revoke", "matrix_reader", V], named(WRITE, negative=USAGE)),
+    row("tenant list", "--format", "tenant list --format {}", choice()),
     # verify (a run records an evaluation: legal values write)
     row("verify", "--model", "verify --queries {queries} --model {}", NOT_A_MODEL),
     row("verify", "--chunker", "verify --queries {queries} --model h --chunker {}", named(REFUSED)),
@@ -231,6 +265,7 @@ ROWS = [
     row("verify", "--tenant", f"{VERIFY} --tenant {{}}", named(REFUSED)),
     row("verify", "--min-recall", f"{VERIFY} --min-recall {{}}", number(zero=WRITE)),
     row("verify", "--max-drop", f"{VERIFY} --max-drop {{}}", number(zero=WRITE)),
+    row("verify", "--min-queries", f"{VERIFY} --min-queries {{}}", number()),
     row("verify", "--format", f"{VERIFY} --format {{}}", choice()),
 ]
 
@@ -301,11 +336,15 @@ def world(pg_admin_url, migrated_template, tmp_path_factory):
         insert_model(conn, Model("h", "hashing", "16", 16, 8192))
         ingest(conn, [corpus], "acme")
     report = backfill.backfill(url, "h", "markdown:40:0")
+    backfill.backfill(url, "h", "fixed:40:0")  # version 2: ready, a candidate for a canary or a shadow
     with connect(url, autocommit=True) as conn:
         versions.activate_version(conn, report.version, force=True, reason="test setup")
+        conn.execute("CREATE ROLE matrix_reader LOGIN IN ROLE toolkit_reader")
     places = {"corpus": str(corpus), "queries": str(queries), "file": str(corpus / "doc0.md")}
     yield {"url": url, "root": root, "places": places}
     _drop_database(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS matrix_reader")
 
 
 def _cases():

@@ -19,7 +19,8 @@ def test_the_demo_runs_the_whole_lifecycle_with_real_models():
     directory.chmod(0o755)
     lines: list[str] = []
     try:
-        figures = run_demo(str(directory / "pg"), say=lines.append, chapters=("row-security.md",))
+        # One chapter has 12 labelled questions: fewer than the gate asks for by default, accepted explicitly.
+        figures = run_demo(str(directory / "pg"), say=lines.append, chapters=("row-security.md",), min_queries=10)
         # The last lines say the demo has a database of its own and how to look at it; that command works.
         shown = next(line for line in lines if line.strip().startswith("toolkit --database-url"))
         status = CliRunner().invoke(main, shlex.split(shown)[1:])

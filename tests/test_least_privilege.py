@@ -1,6 +1,6 @@
-"""The documented least-privilege setup works end to end: a login role in toolkit_writer ingests, backfills,
-verifies and cuts over; a login role in toolkit_reader searches. (The other tests mostly run as the migrating
-superuser, which row-level security does not apply to.)"""
+"""The documented least-privilege setup works end to end: a login role in toolkit_writer ingests and backfills, one
+in toolkit_deployer verifies and cuts over, one in toolkit_reader searches; each is refused the others' work. (The
+other tests mostly run as the migrating superuser, which row-level security does not apply to.)"""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ def as_user(url: str, user: str) -> str:
 @pytest.fixture
 def logins(conn):
     suffix = uuid.uuid4().hex[:8]
-    writer, reader = f"ingest_{suffix}", f"app_{suffix}"
+    writer, deployer, reader = f"ingest_{suffix}", f"deploy_{suffix}", f"app_{suffix}"
     conn.execute(f"CREATE ROLE {writer} LOGIN IN ROLE toolkit_writer")
+    conn.execute(f"CREATE ROLE {deployer} LOGIN IN ROLE toolkit_deployer")
     conn.execute(f"CREATE ROLE {reader} LOGIN IN ROLE toolkit_reader")
-    yield writer, reader
-    conn.execute(f"DROP OWNED BY {writer}, {reader}")
-    conn.execute(f"DROP ROLE {writer}, {reader}")
+    yield writer, deployer, reader
+    conn.execute(f"DROP OWNED BY {writer}, {deployer}, {reader}")
+    conn.execute(f"DROP ROLE {writer}, {deployer}, {reader}")
 
 
 def run(url: str, *args: str, code: int = 0):
@@ -39,7 +40,7 @@ def run(url: str, *args: str, code: int = 0):
 
 
 def test_writer_and_reader_logins_run_the_lifecycle(database_url, logins, tmp_path):
-    writer, reader = (as_user(database_url, name) for name in logins)
+    writer, deployer, reader = (as_user(database_url, name) for name in logins)
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "codes.md").write_text(
@@ -65,8 +66,11 @@ def test_writer_and_reader_logins_run_the_lifecycle(database_url, logins, tmp_pa
     run(writer, "ingest", str(docs), "--tenant", "acme", "--acl", "support")
     built = json.loads(run(writer, "backfill", "--model", "h", "--chunker", "markdown:40:0", "--format", "json").stdout)
     assert built["state"] == "ready" and built["rows_embedded"] >= 1
-    run(writer, "verify", "--model", "h", "--queries", str(queries), "--min-recall", "1.0")
-    run(writer, "cutover", "--model", "h")
+    # the ingest job may not verify or cut over: that is the deployer's
+    assert "toolkit_deployer" in run(writer, "cutover", "--model", "h", "--force", code=1).output
+    run(deployer, "verify", "--model", "h", "--queries", str(queries), "--min-recall", "1.0", "--min-queries", "1")
+    run(deployer, "cutover", "--model", "h")
+    assert "toolkit_writer" in run(deployer, "ingest", str(docs), "--tenant", "acme", code=1).output
     # a document edited by the writer is re-embedded through the row-security-checked path too
     (docs / "codes.md").write_text((docs / "codes.md").read_text() + "\n## ERR-6000\n\nA new code.\n")
     report = json.loads(

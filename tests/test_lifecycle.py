@@ -41,6 +41,10 @@ def state(url: str, version: int) -> str:
         return conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()[0]
 
 
+def count_documents(docs) -> int:
+    return sum(1 for _ in docs.glob("*.md"))
+
+
 def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous_version(database_url, sample):
     docs, queries, count = sample
     assert count >= 30
@@ -66,6 +70,8 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
             str(queries),
             "--min-recall",
             "0.5",
+            "--min-queries",
+            "30",
             "--format",
             "json",
         ).stdout
@@ -77,7 +83,19 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
     toy = json.loads(
         run(database_url, "backfill", "--model", "toy", "--chunker", "markdown:300:30", "--format", "json").stdout
     )["version"]
-    gate = run(database_url, "verify", "--model", "toy", "--queries", str(queries), "--format", "json", code=1)
+    gate = run(
+        database_url,
+        "verify",
+        "--model",
+        "toy",
+        "--queries",
+        str(queries),
+        "--min-queries",
+        "30",
+        "--format",
+        "json",
+        code=1,
+    )
     report = json.loads(gate.stdout)
     assert not report["passed"] and report["baseline"]["version"] == real
     assert report["candidate"]["recall"] < report["baseline"]["recall"]
@@ -103,6 +121,8 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
     refused = run(database_url, "retire", "--version", str(real), code=1)
     assert "is active and cannot be retired" in refused.output
 
-    status = json.loads(run(database_url, "status", "--format", "json").stdout)
+    status = json.loads(run(database_url, "status", "--format", "json").stdout)["versions"]
     assert [(s["version"], s["state"]) for s in status] == [(real, "active"), (toy, "retired")]
     assert status[0]["last_evaluation_passed"] is True and status[0]["pending_rows"] == 0
+    assert status[0]["evaluation_current"] is True and status[0]["serving"] == "active"
+    assert status[0]["documents"] == count_documents(docs) and status[0]["tenants"] == 1

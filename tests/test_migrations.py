@@ -6,16 +6,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
+from pgvector.psycopg import register_vector
 from support import ready_version
 
 from toolkit import migrate, schema, versions
 from toolkit.cli import main
 from toolkit.database import connect
+from toolkit.errors import DatabaseError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +101,8 @@ def test_reapplying_idempotent_files_changes_nothing(conn, database_url, make_mo
     versions.activate_version(conn, v, force=True)
     view_oid = conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0]
     before = snapshot(database_url)
-    migrate.upgrade(database_url)  # at head already: re-applies sql/idempotent/
+    assert migrate.upgrade(database_url).changed is False  # at head with this SQL: nothing to do, no lock taken
+    migrate.upgrade(database_url, reapply=True)  # re-applies sql/idempotent/ anyway
     assert snapshot(database_url) == before
     assert conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0] == view_oid
     # and the view still points at the active version's rows
@@ -130,3 +138,132 @@ def test_commands_refuse_a_database_without_the_schema(empty_database_url):
     result = CliRunner().invoke(main, ["--database-url", empty_database_url, "status"])
     assert result.exit_code == 1
     assert "no toolkit schema" in result.output and "toolkit migrate" in result.output
+
+
+def test_downgrading_one_revision_restores_that_release_and_upgrading_round_trips(conn, database_url, make_model):
+    make_model("m1", 8)
+    v = ready_version(conn, "m1", 8, {"a": 20})
+    versions.activate_version(conn, v, force=True)
+    before = snapshot(database_url)
+    previous = migrate.revisions()[-2]
+    migrate.downgrade(database_url, previous)
+    with connect(database_url, autocommit=True) as c:
+        assert migrate.current_revision(c) == previous
+        # the release at that revision works: its search function, through its own view, as the reader
+        with c.transaction():
+            c.execute("SET LOCAL ROLE toolkit_reader")
+            c.execute("SELECT toolkit.set_tenant('a')")
+            rows = c.execute("SELECT chunk_id FROM toolkit.search_chunks(%s, 3)", (np.ones(8, dtype=np.float32),))
+            assert len(rows.fetchall()) == 3
+    migrate.upgrade(database_url)
+    assert snapshot(database_url) == before
+
+
+def test_a_downgrade_that_would_delete_data_is_refused_with_counts_unless_forced(conn, database_url, make_model):
+    make_model("m1", 8)
+    ready_version(conn, "m1", 8, {"a": 7, "b": 5})
+    conn.execute(
+        "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
+        " VALUES ('a', 'd', 's', 't', 'h')"
+    )
+    with pytest.raises(DatabaseError) as caught:
+        migrate.downgrade(database_url, "base")
+    message = str(caught.value)
+    assert "1 in toolkit.documents" in message and "12 in chunk rows" in message and "--force" in message
+    assert schema_exists(database_url)
+    assert conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0] == 1
+    refused = CliRunner().invoke(main, ["--database-url", database_url, "migrate", "base", "--downgrade"])
+    assert refused.exit_code == 1 and "would delete data" in refused.output and "Traceback" not in refused.output
+    # alembic's own command line honours the guard, and -x force=yes overrides it
+    env = {**os.environ, "TOOLKIT_DATABASE_URL": database_url}
+    alembic = [sys.executable, "-m", "alembic"]
+    plain = subprocess.run([*alembic, "downgrade", "base"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert plain.returncode != 0 and "would delete data" in plain.stdout + plain.stderr and schema_exists(database_url)
+    subprocess.run(
+        [*alembic, "-x", "force=yes", "downgrade", "base"], cwd=ROOT, env=env, check=True, capture_output=True
+    )
+    assert not schema_exists(database_url)
+
+
+def test_a_second_migration_waits_for_the_first_and_says_so(conn, database_url):
+    holder = psycopg.connect(database_url)
+    holder.execute("LOCK TABLE toolkit.migration_lock IN EXCLUSIVE MODE")  # a migration in progress
+    holder_pid = holder.info.backend_pid
+    results: list = []
+
+    def second() -> None:
+        results.append(migrate.upgrade(database_url, reapply=True))
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    try:
+        for _ in range(500):
+            if conn.execute(
+                # waiting longer than the first, short attempt: the second migration has said it waits
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted"
+                " AND relation = 'toolkit.migration_lock'::regclass"
+                " AND clock_timestamp() - waitstart > interval '300 milliseconds')"
+            ).fetchone()[0]:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the second migration did not wait for the migration lock")
+        assert not results
+        holder.commit()
+        thread.join(timeout=60)
+    finally:
+        holder.close()
+        thread.join(timeout=60)
+    assert len(results) == 1 and results[0].changed
+    assert any(f"pid {holder_pid}" in n and "Another migration is running" in n for n in results[0].notices)
+
+
+def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_url, make_model):
+    """8 readers (plain and prepared statements) through 10 migrations that re-apply everything and a downgrade
+    and upgrade of one revision: they wait for the migration, never fail (no deadlock, no error)."""
+    make_model("m1", 8)
+    v = ready_version(conn, "m1", 8, {"a": 200})
+    versions.activate_version(conn, v, force=True)
+    reader = f"app_{uuid.uuid4().hex[:8]}"
+    conn.execute(f"CREATE ROLE {reader} LOGIN IN ROLE toolkit_reader")
+    parts = urlsplit(database_url)
+    reader_url = urlunsplit(parts._replace(netloc=f"{reader}@{parts.netloc.split('@')[-1]}"))
+    statements = [
+        "SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 5",
+        "SELECT chunk_id FROM toolkit.search_chunks(%s, 5)",
+    ]
+    stop = threading.Event()
+    errors: list[str] = []
+    done = [0]
+
+    def read(number: int) -> None:
+        prepared = number % 2 == 1  # psycopg prepares a statement server-side once asked to
+        with psycopg.connect(reader_url, autocommit=True) as c:
+            register_vector(c)
+            vector = np.random.default_rng(number).standard_normal(8).astype(np.float32)
+            while not stop.is_set():
+                try:
+                    with c.transaction():
+                        c.execute("SELECT toolkit.set_tenant('a')")
+                        rows = c.execute(statements[number % 4 // 2], (vector,), prepare=prepared).fetchall()
+                    assert len(rows) == 5
+                    done[0] += 1
+                except Exception as error:  # counted: the test requires none
+                    errors.append(f"{type(error).__name__}: {str(error).strip()[:600]}")
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(10):
+            assert migrate.upgrade(database_url, reapply=True).changed
+        migrate.downgrade(database_url, migrate.revisions()[-2])
+        migrate.upgrade(database_url)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        conn.execute(f"DROP OWNED BY {reader}")
+        conn.execute(f"DROP ROLE {reader}")
+    assert errors == [], "\n".join(errors[:3])
+    assert done[0] > 50

@@ -51,5 +51,7 @@ def test_one_document_and_one_query_are_singular(database_url, tmp_path, make_mo
     assert ingested.exit_code == 0 and "\n1 document for tenant acme:" in ingested.output, ingested.output
     built = runner.invoke(main, [*base, "backfill", "--model", "h", "--chunker", "markdown:40:0"])
     assert built.exit_code == 0 and "1 document chunked, 1 row embedded" in built.output, built.output
-    verified = runner.invoke(main, [*base, "verify", "--model", "h", "--queries", str(queries), "--min-recall", "0"])
+    verified = runner.invoke(
+        main, [*base, "verify", "--model", "h", "--queries", str(queries), "--min-recall", "0", "--min-queries", "1"]
+    )
     assert "1 query, tenant acme" in verified.output, verified.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from toolkit import search, versions
 from toolkit.chunking import get_chunker
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
-from toolkit.errors import InputError
+from toolkit.errors import InputError, VersionUnavailableError
 
 SAMPLE = Path(__file__).resolve().parent.parent / "toolkit" / "data" / "sample" / "docs"
 ROW_SECURITY = (SAMPLE / "row-security.md").read_text(encoding="utf-8")
@@ -208,19 +209,23 @@ def test_unknown_filter_is_refused_by_sql_too(conn, store):
 # -- the guard -----------------------------------------------------------------------------------------------
 
 
-def test_a_vector_of_other_dimensions_raises_model_mismatch(conn, store):
-    with pytest.raises(search.ModelMismatchError, match=r"has 8 dimensions, but the active version .* stores 32"):
+def test_an_unpinned_vector_of_other_dimensions_raises_model_mismatch(conn, store):
+    with pytest.raises(search.ModelMismatchError, match=r"has 8 dimensions, but version \d+ \(model 'h'\) stores 32"):
         search.search(conn, np.ones(8, dtype=np.float32), "a", 3)
 
 
-def test_a_query_declared_for_another_model_raises_model_mismatch(conn, store, make_model):
+def test_a_query_pinned_to_a_model_with_no_servable_version_is_refused_with_a_retryable_error(conn, store, make_model):
     make_model("other", DIMS, model_name=str(DIMS))
-    with pytest.raises(search.ModelMismatchError, match="embedded with model 'other'"):
+    with pytest.raises(VersionUnavailableError, match=r"(?i)no version of model 'other' can be searched"):
         search.search(conn, question_vector(), "a", 3, query_model="other")
+    with pytest.raises(VersionUnavailableError, match="serving_model"):
+        search.search(conn, question_vector(), "a", 3, version=store + 100)
+    # a question is embedded with the serving model: declaring another one is a mistake of the caller's
     with pytest.raises(search.ModelMismatchError):
         search.search(conn, "a question", "a", 3, query_model="other")
-    # the declared active model passes
+    # the declared serving model (or version) passes
     assert len(search.search(conn, question_vector(), "a", 3, query_model="h")) == 3
+    assert len(search.search(conn, question_vector(), "a", 3, version=store)) == 3
 
 
 @pytest.mark.parametrize(
@@ -231,10 +236,16 @@ def test_a_query_declared_for_another_model_raises_model_mismatch(conn, store, m
         "SELECT * FROM toolkit.search_context(%s, 3, 'parent', NULL, '{}', 'other')",
     ],
 )
-def test_every_function_refuses_another_model_with_sqlstate_tk001(conn, store, statement):
+def test_every_function_refuses_a_vector_that_cannot_belong_to_the_version(conn, store, statement):
+    # pinned to a model with no servable version: TK002 (retry with serving_model)
     with pytest.raises(psycopg.Error) as caught:
         as_role(conn, statement, (question_vector(),), tenant="a")
-    assert caught.value.sqlstate == "TK001"
+    assert caught.value.sqlstate == "TK002"
+    # pinned to the right model, wrong dimensions: TK002 too
+    with pytest.raises(psycopg.Error) as caught:
+        as_role(conn, statement.replace("'other'", "'h'"), (np.ones(8, dtype=np.float32),), tenant="a")
+    assert caught.value.sqlstate == "TK002"
+    # unpinned, wrong dimensions: TK001
     with pytest.raises(psycopg.Error) as caught:
         as_role(conn, statement.replace("'other'", "NULL"), (np.ones(8, dtype=np.float32),), tenant="a")
     assert caught.value.sqlstate == "TK001"
@@ -312,7 +323,8 @@ def plans(conn):
 
 
 def chunk_plans(notices):
-    return [n for n in notices if "FROM toolkit.active_chunks AS c" in n]
+    # The statements the search functions run on the version's own table (a pinned search reads no view).
+    return [n for n in notices if re.search(r"FROM toolkit\.chunks_v\d+ AS c\b", n)]
 
 
 def test_a_one_percent_tenant_gets_k_rows(conn, skewed):
@@ -477,7 +489,7 @@ def test_toolkit_search_refuses_bad_options_with_the_fix(conn, database_url, sto
     assert message in result.output
 
 
-def test_a_cutover_is_seen_at_once_and_old_queries_are_refused(conn, make_model):
+def test_a_cutover_is_seen_at_once_and_pinned_queries_keep_their_version_until_it_is_retired(conn, make_model):
     make_model("narrow", 8, model_name="8")
     make_model("wide", 16, model_name="16")
     v1 = versions.create_version(conn, "narrow", "fixed:10:0", "fixed:10:0@1")
@@ -489,8 +501,15 @@ def test_a_cutover_is_seen_at_once_and_old_queries_are_refused(conn, make_model)
     hits = search.search(conn, "any question", "a", 5)
     assert {h.version for h in hits} == {v2} and {h.model_alias for h in hits} == {"wide"}
     assert all(h.chunk_ids[0].startswith(f"v{v2}-") for h in hits)
-    # a query embedded for the old version: other dimensions, and other model
+    # an unpinned query embedded for the old version (other dimensions) is refused
     with pytest.raises(search.ModelMismatchError, match="has 8 dimensions"):
         search.search(conn, np.ones(8, dtype=np.float32), "a", 5)
-    with pytest.raises(search.ModelMismatchError, match="embedded with model 'narrow'"):
-        search.search(conn, np.ones(16, dtype=np.float32), "a", 5, query_model="narrow")
+    # pinned to the old version (now standby), by version or by model, it is served from that version's table
+    for pinned in ({"version": v1}, {"query_model": "narrow"}):
+        hits = search.search(conn, np.ones(8, dtype=np.float32), "a", 5, **pinned)
+        assert len(hits) == 5 and {h.version for h in hits} == {v1}
+        assert all(h.chunk_ids[0].startswith(f"v{v1}-") for h in hits)
+    # once retired: the documented, retryable error, not an empty page
+    versions.retire_version(conn, v1)
+    with pytest.raises(VersionUnavailableError, match=rf"(?i)version {v1} cannot be searched: it is retired"):
+        search.search(conn, np.ones(8, dtype=np.float32), "a", 5, version=v1)

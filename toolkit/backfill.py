@@ -147,10 +147,8 @@ def chunk_pending_documents(
             break
         batch = pending[start : start + batch_documents]
         with translate_errors(), conn.transaction():
-            # mark_version_ready takes this lock exclusively: no row without an embedding lands in a ready version.
-            conn.execute(
-                "SELECT pg_advisory_xact_lock_shared(hashtext('toolkit.version-rows:' || %s::text))", (target.version,)
-            )
+            # mark_version_ready locks the table in SHARE mode (waiting for this batch's rows to commit), so no row
+            # without an embedding lands in a ready version.
             state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (target.version,)).fetchone()
             if state is None or state[0] != "building":
                 break
@@ -251,37 +249,32 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
 
     Returns "pending" when rows still wait for an embedding (claimed by a concurrent backfill: run another
     pass), and None when the version is no longer building (a concurrent backfill finished it)."""
-    key = f"toolkit.finalize\x1f{version}"
+    # Two backfills finishing together: create_version_index builds the index once (it locks the table against
+    # a second build), and marking a version ready twice is a no-op.
+    if _version_row(conn, version)[6] != "building":
+        return None
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+        if versions.version_pending_rows(conn, version) > 0:
+            return "pending"
+    # VACUUM ANALYZE after the load: the planner learns the table and the UPDATEs' dead tuples go.
+    autocommit = conn.autocommit
+    conn.autocommit = True
     try:
-        if _version_row(conn, version)[6] != "building":
-            return None
-        with conn.transaction():
-            if versions.version_pending_rows(conn, version) > 0:
-                return "pending"
-        # VACUUM ANALYZE after the load: the planner learns the table and the UPDATEs' dead tuples go.
-        autocommit = conn.autocommit
-        conn.autocommit = True
-        try:
-            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
-        finally:
-            conn.autocommit = autocommit
-        started = time.perf_counter()
-        versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
-        seconds = time.perf_counter() - started
-        if not _index_valid(conn, version):
-            raise StateError(
-                f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
-            )
-        try:
-            versions.mark_version_ready(conn, version)
-        except StateError:
-            return "pending"  # rows arrived after the count (a concurrent chunk batch): another pass
-        return seconds
+        conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
     finally:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+        conn.autocommit = autocommit
+    started = time.perf_counter()
+    versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
+    seconds = time.perf_counter() - started
+    if not _index_valid(conn, version):
+        raise StateError(
+            f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
+        )
+    try:
+        versions.mark_version_ready(conn, version)
+    except StateError:
+        return "pending"  # rows arrived after the count (a concurrent chunk batch): another pass
+    return seconds
 
 
 def _index_valid(conn, version: int) -> bool:

@@ -6,9 +6,9 @@ import re
 from datetime import timedelta
 
 import psycopg
-from psycopg import sql
 
 from toolkit import versions
+from toolkit.database import translate_errors
 from toolkit.errors import InputError
 
 
@@ -21,6 +21,11 @@ def resolve_version(
     states: tuple[str, ...] = ("building", "ready", "verified", "standby"),
 ) -> int:
     """The one live, non-active version for a model (and chunker), or the version given by number."""
+    if version is not None and (model_alias or chunker_spec):
+        raise InputError(
+            f"Name the version one way: --version {version}, or --model (and --chunker), not both; they could "
+            "name different versions."
+        )
     if version is not None:
         with conn.transaction():
             row = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
@@ -62,27 +67,11 @@ def parse_duration(text: str) -> timedelta:
 
 
 def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:
-    """Standby and abandoned (building/ready/verified) versions whose state is older than the window; a building
-    version whose rows were written within the window is a backfill still running, and is kept."""
-    with conn.transaction():
-        rows = conn.execute(
-            "SELECT version, state FROM toolkit.versions WHERE state IN ('standby', 'building', 'ready', 'verified')"
-            " AND state_changed_at < clock_timestamp() - %s ORDER BY version",
-            (older_than,),
-        ).fetchall()
-        candidates = []
-        for version, state in rows:
-            if state == "building":
-                recent = conn.execute(
-                    sql.SQL("SELECT max(updated_at) >= clock_timestamp() - %s FROM {}").format(
-                        sql.Identifier("toolkit", f"chunks_v{int(version)}")
-                    ),
-                    (older_than,),
-                ).fetchone()[0]
-                if recent:
-                    continue
-            candidates.append((version, state))
-    return candidates
+    """Standby and abandoned (building/ready/verified) versions whose state is older than the window, as SQL decides
+    (``toolkit.retire_candidates``): a building version whose rows were written within the window is a backfill
+    still running, and a canary candidate is serving; both are kept."""
+    with translate_errors(), conn.transaction():
+        return [tuple(r) for r in conn.execute("SELECT * FROM toolkit.retire_candidates(%s)", (older_than,))]
 
 
 def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_run: bool = False) -> list[int]:

@@ -20,7 +20,14 @@ from psycopg import errors as pg_errors
 from toolkit.database_errors import describe_database_error, one_line
 from toolkit.embedded import DATABASE_NAME, data_directory, default_data_dir, server_status, stop_server
 from toolkit.embedded import embedded_server as _embedded_server
-from toolkit.errors import DatabaseError, InputError, ModelMismatchError, StateError
+from toolkit.errors import (
+    DatabaseError,
+    InputError,
+    LockTimeoutError,
+    ModelMismatchError,
+    StateError,
+    VersionUnavailableError,
+)
 
 __all__ = [
     "DATABASE_NAME",
@@ -164,19 +171,25 @@ _INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502", "
 
 
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turns PostgreSQL errors raised by toolkit functions into the library's exceptions."""
+def translate_errors(*, retry_locks: bool = False) -> Iterator[None]:
+    """Turns PostgreSQL errors raised by toolkit functions into the library's exceptions. With ``retry_locks``, a
+    bare lock timeout (a statement's own lock_timeout, not a toolkit lock's message) is re-raised as it is, for a
+    caller that retries."""
     try:
         yield
-    except pg_errors.LockNotAvailable:
-        raise
     except psycopg.Error as error:
         diag = error.diag
         message = one_line(diag.message_primary or str(error))
         hint = f" {diag.message_hint}" if diag.message_hint else ""
         text = message[0].upper() + message[1:] + "." + hint if message else str(error)
+        if isinstance(error, pg_errors.LockNotAvailable):
+            if retry_locks and message.startswith("canceling statement due to lock timeout"):
+                raise
+            raise LockTimeoutError(text) from error
         if error.sqlstate == "TK001":
             raise ModelMismatchError(text) from error
+        if error.sqlstate == "TK002":
+            raise VersionUnavailableError(text) from error
         if error.sqlstate in _STATE_CODES:
             raise StateError(text) from error
         if error.sqlstate in _INPUT_CODES:

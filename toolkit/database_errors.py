@@ -150,7 +150,8 @@ def describe_database_error(error: BaseException) -> str:
     if sqlstate == "42501":
         return (
             f"The database refused: {message.rstrip('.')}. Connect as a role with the toolkit privileges: a member of "
-            "toolkit_writer for ingest, backfill, verify and cutover, of toolkit_reader for search (see docs/sql.md)."
+            "toolkit_writer for ingest and backfill, of toolkit_deployer for verify, canary, cutover, rollback and "
+            "retire, of toolkit_reader for search (see docs/security.md)."
         )
     if sqlstate == "42P01":
         return (

@@ -22,4 +22,15 @@ class EmbeddingError(ToolkitError):
 
 
 class ModelMismatchError(InputError):
-    """A query vector from another model, or with other dimensions, than the active version's (SQLSTATE TK001)."""
+    """A query vector from another model, or with other dimensions, than the version searched (SQLSTATE TK001)."""
+
+
+class VersionUnavailableError(StateError):
+    """The version a query was embedded for can no longer be searched (retired, unknown or still building), or the
+    vector does not fit it (SQLSTATE TK002). Retry: read ``toolkit.serving_model()`` again, embed the question with
+    that model and search again."""
+
+
+class LockTimeoutError(StateError):
+    """A lock the toolkit needed was held by another session for longer than the lock timeout (SQLSTATE 55P03);
+    the message names who held it. Nothing was changed: retry when that session has finished."""

@@ -28,7 +28,6 @@ from toolkit.errors import InputError, StateError
 from toolkit.models import Model, embedder_for_model, get_model
 from toolkit.progress import Progress
 
-LIVE_STATES = ("building", "ready", "verified", "active", "standby")
 CHUNK_COLUMNS = (
     "tenant",
     "chunk_id",
@@ -111,19 +110,15 @@ class _VersionsChanged(Exception):
 def lock_live_version_ids(conn: psycopg.Connection) -> list[int]:
     """Takes the shared version-set lock (create_version and retire_version take it exclusively) for the rest of
     the transaction and returns the live versions as they are now: a write never misses a new version."""
-    conn.execute("SELECT pg_advisory_xact_lock_shared(hashtext('toolkit.version-set'))")
-    rows = conn.execute(
-        "SELECT version FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version", (list(LIVE_STATES),)
-    ).fetchall()
-    return [r[0] for r in rows]
+    conn.execute("SELECT toolkit.lock_version_set(false)")
+    return [r[0] for r in conn.execute("SELECT version FROM toolkit.live_versions()").fetchall()]
 
 
 def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
     with conn.transaction():
         rows = conn.execute(
             "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions"
-            " FROM toolkit.versions WHERE state = ANY(%s) ORDER BY version",
-            (list(LIVE_STATES),),
+            " FROM toolkit.live_versions()"
         ).fetchall()
     return [
         LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims) for v, alias, spec, cv, storage, dims in rows
@@ -315,12 +310,12 @@ def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str,
 
 
 def _lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]) -> None:
-    # Ingest and backfill both write a document's rows; a lock per (tenant, document), taken in a fixed
-    # order, keeps them from interleaving without blocking work on other documents. executemany pipelines
-    # the statements: one round trip for the batch, still run one after the other in this order.
-    keys = [(f"toolkit.doc\x1f{tenant}\x1f{doc_id}",) for doc_id in sorted(set(doc_ids))]
-    if keys:
-        conn.cursor().executemany("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", keys)
+    # Ingest and backfill both write a document's rows; the document's row, locked FOR UPDATE in a fixed order
+    # (toolkit.lock_documents), keeps them from interleaving without blocking work on other documents. A new
+    # document has no row yet: inserting it locks it.
+    ids = sorted(set(doc_ids))
+    if ids:
+        conn.execute("SELECT toolkit.lock_documents(%s, %s)", (tenant, ids))
 
 
 def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:

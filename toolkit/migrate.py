@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 
-from toolkit.errors import DatabaseError
+from toolkit.errors import DatabaseError, InputError
 from toolkit.schema import migrations_dir
 
 VERSION_TABLE = "toolkit_alembic_version"
@@ -19,20 +20,66 @@ def _config(url: str, stdout=None):
     return config
 
 
-def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
-    """Upgrades the database to ``revision`` (default: head) in one transaction; returns the revisions
-    before and after (equal when it was already there: the idempotent SQL is re-applied all the same)."""
+@dataclass
+class MigrationResult:
+    """What a migration did: ``changed`` is False when the database was already at the revision with this
+    installation's SQL; ``notices`` are the warnings meant for the operator (e.g. secrets removed)."""
+
+    revision: str
+    changed: bool
+    notices: list[str] = field(default_factory=list)
+
+
+def upgrade(url: str, revision: str = "head", *, reapply: bool = False) -> MigrationResult:
+    """Upgrades the database to ``revision`` (default: head) in one transaction; at head with this installation's
+    SQL already in place it does nothing (``reapply`` re-applies the idempotent SQL anyway)."""
     from alembic import command
 
-    return _run(command.upgrade, url, revision)
+    return _run(command.upgrade, url, revision, direction="upgrade", reapply=reapply)
 
 
-def downgrade(url: str, revision: str) -> tuple[str | None, str | None]:
-    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema); returns the revisions
-    before and after."""
+def downgrade(url: str, revision: str, *, force: bool = False) -> MigrationResult:
+    """Downgrades the database to ``revision`` (``base`` removes the toolkit schema). A downgrade that would delete
+    data is refused, naming what it would delete, unless ``force``."""
     from alembic import command
 
-    return _run(command.downgrade, url, revision)
+    return _run(command.downgrade, url, revision, direction="downgrade", force=force)
+
+
+def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
+    import psycopg
+    from alembic.util import CommandError
+
+    check_revision(revision)
+    config = _config(url)
+    config.attributes.update(attributes)
+    try:
+        action(config, revision)
+    except psycopg.Error as error:
+        from toolkit.database_errors import describe_database_error
+
+        reason = describe_database_error(error)
+        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
+    except CommandError as error:
+        raise DatabaseError(str(error)) from error
+    return MigrationResult(
+        revision, not config.attributes.get("nothing_to_do", False), list(config.attributes.get("notices", []))
+    )
+
+
+def check_revision(revision: str) -> None:
+    """Refuses a revision that names none (an up-to-date database would otherwise answer "nothing to do" to
+    any name); relative ones (+1, -1, 0002@head) are left to alembic, which knows the current revision."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    if revision.startswith(("+", "-")) or "@" in revision:
+        return
+    try:
+        ScriptDirectory.from_config(_config("postgresql://unused")).get_revisions(revision)
+    except CommandError:
+        known = ", ".join([*revisions(), "head", "base"])
+        raise InputError(f"There is no revision {revision!r}; name one of {known}.") from None
 
 
 def database_revision(url: str) -> str | None:
@@ -41,20 +88,6 @@ def database_revision(url: str) -> str | None:
 
     with connect(url, autocommit=True, register_vector=False) as conn:
         return current_revision(conn)
-
-
-def _run(action, url: str, revision: str) -> tuple[str | None, str | None]:
-    import psycopg
-
-    from toolkit.database_errors import describe_database_error
-
-    before = database_revision(url)
-    try:
-        action(_config(url), revision)
-    except psycopg.Error as error:
-        reason = describe_database_error(error)
-        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
-    return before, database_revision(url)
 
 
 def head_revision() -> str:

@@ -1,10 +1,13 @@
 """The model registry: embedding models by alias (``v1``, ``v2``), with what is needed to call them again.
 
-API keys are never stored: they come from the environment when a model is used.
+No secret is ever stored: API keys come from the environment when a model is used (``OPENAI_API_KEY``, or the
+variable an ``api_key_env`` option names). SQL owns the rule (``toolkit.model_secrets`` and the trigger on
+``toolkit.models``); models are registered through ``toolkit.register_model``, which never re-points an alias.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -45,33 +48,58 @@ def validate_alias(alias: str) -> str:
     return alias
 
 
-def insert_model(conn: psycopg.Connection, model: Model, *, replace: bool = False) -> None:
-    """Registers a model under its alias (``replace`` updates an existing alias)."""
+def refuse_secrets(conn: psycopg.Connection, options: dict | None, base_url: str | None) -> None:
+    """Refuses options or a base URL that would store a secret (SQL's rule), before anything is probed or stored."""
+    with translate_errors(), conn.transaction():
+        found = conn.execute("SELECT toolkit.model_secrets(%s, %s)", (Jsonb(options or {}), base_url)).fetchone()[0]
+    if found:
+        raise InputError(
+            f"The model would store a secret ({', '.join(found)}); keys never go into the database. Put the key in "
+            "an environment variable and name it with --option api_key_env=VARIABLE (default OPENAI_API_KEY), and "
+            "give the URL without user:password@."
+        )
+
+
+# toolkit.register_model's argument types (psycopg sends Python ints as smallint when they fit, floats as double).
+_REGISTER_TYPES = {
+    "alias": "text",
+    "provider": "text",
+    "model_name": "text",
+    "dimensions": "integer",
+    "max_input_tokens": "integer",
+    "revision": "text",
+    "distance": "text",
+    "query_prefix": "text",
+    "document_prefix": "text",
+    "supports_shortening": "boolean",
+    "price_per_million_tokens": "numeric",
+    "base_url": "text",
+    "options": "jsonb",
+}
+
+
+def insert_model(conn: psycopg.Connection, model: Model) -> None:
+    """Registers a model under its alias through ``toolkit.register_model`` (an existing alias is refused)."""
     validate_alias(model.alias)
     validation.DIMENSIONS.check(model.dimensions)
     validation.MAX_INPUT_TOKENS.check(model.max_input_tokens)
     validation.PRICE.check(model.price_per_million_tokens)
     if model.distance not in DISTANCES:
         raise InputError(f"The distance {model.distance!r} is unknown; use one of {', '.join(DISTANCES)}.")
+    refuse_secrets(conn, model.options, model.base_url)
     values = asdict(model)
     values["options"] = Jsonb(values["options"])
-    columns = list(values)
-    conflict = (
-        "DO UPDATE SET " + ", ".join(f"{c} = EXCLUDED.{c}" for c in columns if c != "alias")
-        if replace
-        else "DO NOTHING"
-    )
-    query = (
-        f"INSERT INTO toolkit.models ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(columns))}) "
-        f"ON CONFLICT (alias) {conflict} RETURNING alias"
-    )
-    with translate_errors(), conn.transaction():
-        row = conn.execute(query, tuple(values.values())).fetchone()
-    if row is None:
+    names = ", ".join(f"{name} => %({name})s::{_REGISTER_TYPES[name]}" for name in values)
+    try:
+        with translate_errors(), conn.transaction():
+            conn.execute(f"SELECT toolkit.register_model({names})", values)
+    except InputError as error:
+        if not isinstance(error.__cause__, psycopg.errors.UniqueViolation):
+            raise
         raise InputError(
             f"A model is already registered as {model.alias!r}. Choose another alias: a version's vectors "
             "belong to its model, so an alias is never silently re-pointed."
-        )
+        ) from error
 
 
 _MODEL_COLUMNS = (
@@ -80,9 +108,17 @@ _MODEL_COLUMNS = (
 )
 
 
+def _columns(conn: psycopg.Connection) -> str:
+    # An application (the reader) may read what it needs to embed questions, not the price.
+    priced = conn.execute(
+        "SELECT has_column_privilege('toolkit.models', 'price_per_million_tokens', 'SELECT')"
+    ).fetchone()[0]
+    return _MODEL_COLUMNS if priced else _MODEL_COLUMNS.replace("price_per_million_tokens::float8", "0::float8")
+
+
 def get_model(conn: psycopg.Connection, alias: str) -> Model:
     with conn.transaction():
-        row = conn.execute(f"SELECT {_MODEL_COLUMNS} FROM toolkit.models WHERE alias = %s", (alias,)).fetchone()
+        row = conn.execute(f"SELECT {_columns(conn)} FROM toolkit.models WHERE alias = %s", (alias,)).fetchone()
     if row is None:
         raise InputError(f"No model is registered as {alias!r}. List them with toolkit model list.")
     return Model(*row)
@@ -122,6 +158,15 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
 
     settings = dict(model.options)
     settings.update(options)
+    key_variable = settings.pop("api_key_env", None)
+    if key_variable and "api_key" not in options:
+        key = os.environ.get(str(key_variable))
+        if not key:
+            raise InputError(
+                f"Model {model.alias} reads its API key from the environment variable {key_variable}, which is not "
+                f"set here. Export {key_variable}=... for every toolkit process that embeds with it."
+            )
+        settings["api_key"] = key
     settings["max_input_tokens"] = model.max_input_tokens
     if model.query_prefix:
         settings["query_prefix"] = model.query_prefix
@@ -160,6 +205,7 @@ def register_model(
     validation.DIMENSIONS.check_optional(dimensions)
     validation.MAX_INPUT_TOKENS.check_optional(max_input_tokens)
     validation.PRICE.check(price_per_million_tokens)
+    refuse_secrets(conn, options, base_url)
     settings = dict(options or {})
     for key, value in (
         ("base_url", base_url),

@@ -35,6 +35,14 @@ def idempotent_files() -> list[Path]:
     return sorted((sql_dir() / "idempotent").glob("*.sql"))
 
 
+def release_files(revision: str) -> list[Path]:
+    """The idempotent SQL of the release last shipped at ``revision`` (what a downgrade to it re-applies)."""
+    files = sorted((sql_dir() / "releases" / revision).glob("*.sql"))
+    if not files:
+        raise DatabaseError(f"The SQL of the release at revision {revision} is missing from sql/releases/.")
+    return files
+
+
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -1,12 +1,16 @@
-"""Searching the active version: embeds the question with the active model and calls the SQL search
-functions (``toolkit.search_chunks``, ``hybrid_search_chunks``, ``search_context``) as the reader role,
-with the tenant and principals set for one transaction, so row-level security decides what is seen."""
+"""Searching as an application does: ask which version serves the request (``toolkit.serving_model``), embed the
+question with that version's model, and search that version (pinned), through the SQL search functions
+(``toolkit.search_chunks``, ``hybrid_search_chunks``, ``search_context``), as the reader role, with the tenant and
+principals set for one transaction, so row-level security decides what is seen. A cutover between the two steps
+changes nothing for the request; a version retired meanwhile raises VersionUnavailableError (retry)."""
 
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -17,11 +21,13 @@ from psycopg.types.json import Jsonb
 from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
+from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
 
 FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels")
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
-READER_ROLE = "toolkit_reader"
+# The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
+MAX_K = validation.RESULTS.maximum
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
 
 
@@ -98,17 +104,25 @@ def active_model(conn: psycopg.Connection) -> dict:
     return dict(zip(names, row, strict=True))
 
 
-def query_embedder(conn: psycopg.Connection, model: dict | None = None):
-    """The embedder of the active model (built once per model and dimensions, then reused)."""
+def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None = None):
+    """The embedder of a version's model (the active one by default), built once per model and dimensions."""
     from toolkit.models import embedder_for_model, get_model
 
     model = model or active_model(conn)
+    if isinstance(model, ServingModel):
+        model = model.as_dict()
     registered = get_model(conn, model["model_alias"])
     key = (registered.alias, registered.provider, registered.model_name, model["dimensions"])
     with _embedders_lock:
         if key not in _embedders:
             _embedders[key] = embedder_for_model(registered, dimensions=model["dimensions"])
         return _embedders[key]
+
+
+def validate_tenant(tenant) -> str:
+    if not isinstance(tenant, str) or not tenant:
+        raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
+    return tenant
 
 
 def search(
@@ -123,37 +137,50 @@ def search(
     principals: Sequence[str] | None = None,
     query_text: str | None = None,
     query_model: str | None = None,
+    version: int | None = None,
+    request_key: str | None = None,
     ef_search: int | None = None,
     role: str | None = READER_ROLE,
+    log: bool = True,
 ) -> list[SearchHit]:
-    """Top-k results for ``query`` in ``tenant``'s chunks of the active version, best first.
+    """Top-k results for ``query`` in ``tenant``'s chunks, best first, always from one version.
 
-    ``query`` is a question (embedded with the active model and its query prefix) or a vector already
-    embedded (then declare its model with ``query_model`` so a mismatch is refused). ``hybrid`` fuses
-    full-text and vector ranks (the question's text, or ``query_text``); ``expand`` is ``parent`` or
-    ``window:N`` (small-to-big). The search runs as ``role`` (the reader: row-level security applies as it
-    does for applications) when the connected user may switch to it; ``role=None`` keeps the current role.
+    ``query`` is a question or a vector already embedded. A question is embedded with the model of ``version``
+    when given, else of the version ``toolkit.serving_model(request_key)`` picks (the active version, or the canary
+    candidate for its share of keys and tenants), and searched in that version. A vector is searched in ``version``
+    (or the servable version of the model alias ``query_model``); with neither, in the active version (unpinned:
+    a vector of the wrong dimensions is refused, one of another model with the same dimensions is not).
+    ``hybrid`` fuses full-text and vector ranks (the question's text, or ``query_text``); ``expand`` is ``parent``
+    or ``window:N`` (small-to-big). The search runs as ``role`` (the reader: row-level security applies as for
+    applications) when the connected user may take it; ``role=None`` keeps the current role. A pinned version that
+    was retired meanwhile raises VersionUnavailableError: read the serving model again and retry. With the query
+    log on (toolkit query-log), a share of questions is logged.
     """
-    if not isinstance(tenant, str) or not tenant:
-        raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
+    validate_tenant(tenant)
     validation.RESULTS.check(k)
     validation.EF_SEARCH.check_optional(ef_search)
+    validation.VERSION_NUMBER.check_optional(version)
     expand = parse_expand(expand)
     unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
     if unknown:
         raise InputError(f"Unknown search filter {unknown[0]!r}; the filters are {', '.join(FILTER_KEYS)}.")
+    question = None
     if isinstance(query, str):
         if not query.strip():
             raise InputError("The question is empty; pass the text to search for.")
-        model = active_model(conn)
-        if query_model is not None and query_model != model["model_alias"]:
+        question = query
+        if version is not None:
+            serving = version_model(conn, version)
+        else:
+            serving = serving_model(conn, tenant, request_key, role=role)
+        if query_model is not None and query_model != serving.model_alias:
             raise ModelMismatchError(
-                f"The query model {query_model!r} is not the active model {model['model_alias']!r}. "
-                "Leave the model out to embed the question with the active one."
+                f"The query model {query_model!r} is not the model of version {serving.version} "
+                f"({serving.model_alias!r}). Leave the model out to embed the question with the serving one."
             )
-        vector = query_embedder(conn, model).embed_query(query)
+        vector = query_embedder(conn, serving).embed_query(query)
         query_text = query if query_text is None else query_text
-        query_model = model["model_alias"]
+        version, query_model = serving.version, serving.model_alias
     else:
         vector = np.asarray(query, dtype=np.float32)
         if vector.ndim != 1 or not np.isfinite(vector).all():
@@ -161,30 +188,101 @@ def search(
     if hybrid and not query_text:
         raise InputError("A hybrid search needs the question's text: pass a question, or query_text with a vector.")
 
-    params = {"q": vector, "k": k, "filters": Jsonb(filters or {}), "model": query_model}
+    params = {
+        "q": vector,
+        "k": k,
+        "filters": Jsonb(filters or {}),
+        "model": query_model,
+        "version": version,
+    }
     if expand:
         params.update(expand=expand, text=query_text if hybrid else None)
-        statement = "SELECT * FROM toolkit.search_context(%(q)s, %(k)s, %(expand)s, %(text)s, %(filters)s, %(model)s)"
+        statement = (
+            "SELECT * FROM toolkit.search_context(%(q)s, %(k)s, %(expand)s, %(text)s, %(filters)s, %(model)s,"
+            " %(version)s)"
+        )
     elif hybrid:
         params["text"] = query_text
-        statement = "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s)"
+        statement = (
+            "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s,"
+            " query_version => %(version)s)"
+        )
     else:
-        statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s)"
+        statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s)"
 
-    # Rolled back at the end (it only reads): the role and settings set here then end with it, even inside a
-    # transaction of the caller's (SET LOCAL would otherwise last until the caller's transaction ends).
-    with _search_errors(), conn.transaction(force_rollback=True):
-        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
-            conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        conn.execute("SELECT toolkit.set_principals(%s)", (list(principals or []),))
+    started = time.perf_counter()
+    with _search_errors(), as_reader(conn, tenant, principals, role):
         if ef_search is not None:
             conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
         # No server-side preparation: each call is planned with its own tenant and filters.
         cur = conn.execute(statement, params, prepare=False)
         names = [c.name for c in cur.description]
         rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-    return [_hit(row) for row in rows]
+    hits = [_hit(row) for row in rows]
+    if log and question is not None:
+        log_query(conn, tenant, question, hits, k, (time.perf_counter() - started) * 1000, request_key, role)
+    return hits
+
+
+# The query log's sample rate, read at most every LOG_RATE_TTL seconds per process (a search must not pay a round
+# trip for a setting that changes once a month).
+LOG_RATE_TTL = 30.0
+_log_rate: dict[str, tuple[float, float]] = {}
+_log_rate_lock = threading.Lock()
+
+
+def _sample_rate(conn: psycopg.Connection) -> float:
+    key = conn.info.dsn
+    now = time.monotonic()
+    with _log_rate_lock:
+        cached = _log_rate.get(key)
+        if cached and now - cached[1] < LOG_RATE_TTL:
+            return cached[0]
+    with translate_errors(), conn.transaction():
+        rate = conn.execute("SELECT toolkit.query_log_sample_rate()").fetchone()[0]
+    with _log_rate_lock:
+        _log_rate[key] = (rate, now)
+    return rate
+
+
+def log_query(
+    conn: psycopg.Connection,
+    tenant: str,
+    question: str,
+    hits: Sequence[SearchHit],
+    k: int,
+    latency_ms: float,
+    request_key: str | None = None,
+    role: str | None = READER_ROLE,
+) -> bool:
+    """Logs a served question when the query log samples it (toolkit.log_query); returns whether it did. The row
+    is committed with the caller's transaction (or at once when there is none)."""
+    rate = _sample_rate(conn)
+    if rate <= 0 or not hits or random.random() >= rate:
+        return False
+    results = [{"doc_id": h.doc_id, "start": h.start, "end": h.end, "rank": h.rank, "score": h.score} for h in hits]
+    with translate_errors(), conn.transaction():
+        # Inside a caller's transaction this is a savepoint: put the role and the tenant back as they were.
+        previous = conn.execute("SELECT current_setting('toolkit.tenant', true)").fetchone()[0]
+        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
+            conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        logged = conn.execute(
+            "SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)",
+            (question, hits[0].version, k, Jsonb(results), latency_ms, request_key),
+        ).fetchone()[0]
+        conn.execute("RESET ROLE")
+        conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
+    return logged
+
+
+def applies_access_labels(conn: psycopg.Connection, role: str | None = READER_ROLE) -> bool:
+    """Whether a search on this connection sees only what access labels allow: False for a service role (writer,
+    owner) that cannot take the reader role, which sees every labelled chunk of the tenant."""
+    with conn.transaction():
+        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
+            return True
+        return not conn.execute("SELECT toolkit._is_service_role()").fetchone()[0]
 
 
 def _hit(row: dict) -> SearchHit:
@@ -201,6 +299,10 @@ def _hit(row: dict) -> SearchHit:
         chunk_ids=list(row["chunk_ids"]) if context else [row["chunk_id"]],
         version=row["version"],
         model_alias=row["model_alias"],
+        # What the SQL returns beside: distance (vector hits), ranks in each list (hybrid).
+        distance=row.get("distance"),
+        vector_rank=row.get("vector_rank"),
+        text_rank=row.get("text_rank"),
     )
 
 

@@ -95,9 +95,11 @@ COST_LIMIT = NumberRule("the cost limit (USD)", 0, 1e9, whole=False, hint="omit 
 PRICE = NumberRule("the price (USD per million tokens)", 0, 1e6, whole=False)
 DIMENSIONS = NumberRule("the number of dimensions", 1, 16_000, hint="pgvector stores at most 16,000")
 MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
-RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 250)
+# toolkit.search_max_k() in SQL; toolkit.search.MAX_K is this bound, and a test keeps the two equal.
+RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
+QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
 CHUNK_TOKENS = NumberRule("the chunk size (tokens)", 1, 1_000_000)
 OVERLAP_TOKENS = NumberRule("the overlap", 0, 1_000_000)
@@ -106,6 +108,10 @@ WORDS_PER_PAGE = NumberRule("the words per page", 0, 100_000, whole=False, above
 TOKENS_PER_WORD = NumberRule("the tokens per word", 0, 100, whole=False, above_minimum=True)
 VERSION_NUMBER = NumberRule("the version number", 1, 2_147_483_647)
 RETENTION_DAYS = NumberRule("the rollback window (days)", 0, 36_500, whole=False)
+LOOKBACK_DAYS = NumberRule("how far back to look (days)", 0, 36_500, whole=False)
+LOG_RETENTION_DAYS = NumberRule("the query-log retention (days)", 0, 36_500, whole=False)
+CANARY_PERCENT = NumberRule("the canary share (percent of request keys)", 0, 100, whole=False)
+SAMPLE_RATE = NumberRule("the sample rate (share of questions)", 0, 1, whole=False, hint="0 turns the log off")
 CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
 # No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
 MAX_ARGUMENT_CHARS = 10_000

@@ -15,11 +15,12 @@ from psycopg import errors as pg_errors
 from toolkit.database import translate_errors
 from toolkit.errors import StateError
 
-STATES = ("building", "ready", "verified", "active", "standby", "retired")
-
 
 @dataclass(frozen=True)
 class VersionStatus:
+    """One row of ``toolkit.version_status()``; ``evaluation_current`` is whether its last passing evaluation is
+    newer than its last change of contents (what a cutover requires), ``serving`` what it serves now."""
+
     version: int
     model_alias: str
     chunker_version: str
@@ -33,6 +34,12 @@ class VersionStatus:
     last_evaluated_at: object
     created_at: object
     state_changed_at: object
+    serving: str
+    documents: int | None
+    tenants: int | None
+    last_recall: float | None
+    evaluation_current: bool
+    rollback_target: bool
 
 
 def _scalar(conn: psycopg.Connection, query: str, params: tuple = ()):
@@ -94,20 +101,45 @@ def mark_version_ready(conn: psycopg.Connection, version: int) -> None:
     _scalar(conn, "SELECT toolkit.mark_version_ready(%s)::text", (version,))
 
 
-def _swap(conn: psycopg.Connection, query: str, params: tuple, lock_timeout_ms: int, attempts: int):
-    # The view swap needs an exclusive lock on active_chunks; waiting for it would queue every new
-    # reader behind the swap, so wait briefly and retry instead.
+# What a cutover, rollback or retirement must lock besides the toolkit's own (private) lock tables.
+_SWAPPED = ("toolkit.active_chunks", "toolkit.live_chunks")
+
+
+def _swap(
+    conn: psycopg.Connection,
+    query: str,
+    params: tuple,
+    lock_timeout_ms: int,
+    attempts: int,
+    tables: tuple[str, ...] = _SWAPPED,
+):
+    # The view swap needs an exclusive lock on the views (a retirement also on the version's table); waiting for it
+    # would queue every new reader behind the swap, so wait briefly and retry instead.
     for attempt in range(attempts):
         try:
-            with translate_errors(), conn.transaction():
+            with translate_errors(retry_locks=True), conn.transaction():
                 conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
                 return conn.execute(query, params).fetchone()[0]
         except pg_errors.LockNotAvailable:
             time.sleep(min(0.05 * 2**attempt, 1.0))
     raise StateError(
-        f"The change could not take its lock in {attempts} attempts of {lock_timeout_ms} ms: a long-running "
-        "query or transaction holds active_chunks or the version's table. Retry when it has finished."
+        f"The change could not take its lock in {attempts} attempts of {lock_timeout_ms} ms: "
+        f"{_holders(conn, tables)}. Retry when that has finished (keep reader transactions short)."
     )
+
+
+def _holders(conn: psycopg.Connection, tables: tuple[str, ...]) -> str:
+    """Who holds the relations a swap waited for, as ``toolkit._lock_holders`` describes them."""
+    described = []
+    with conn.transaction():
+        for table in tables:
+            row = conn.execute(
+                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL ELSE toolkit._lock_holders(to_regclass(%s)) END",
+                (table, table),
+            ).fetchone()
+            if row[0] and row[0] != "a session that has just ended":
+                described.append(f"{table} is held by {row[0]}")
+    return "; ".join(described) or "the sessions that held the views have just ended"
 
 
 def activate_version(
@@ -138,7 +170,8 @@ def rollback_version(
 
 def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None) -> int:
     """Drops a non-active version's table; its registry row and audit trail stay."""
-    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5)
+    table = _scalar(conn, "SELECT format('toolkit.%%I', toolkit._version_table(%s))", (version,))
+    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5, (*_SWAPPED, table))
 
 
 def active_version(conn: psycopg.Connection) -> int | None:

@@ -7,6 +7,7 @@ Create Date: 2026-11-29
 
 from alembic import op
 
+from toolkit.migration_guard import refuse_data_loss
 from toolkit.schema import apply_incremental
 
 revision = "0001"
@@ -23,6 +24,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # Drops every toolkit object, chunk tables included. The cluster-wide roles and the vector
-    # extension stay: other databases may use them.
-    op.get_bind().connection.driver_connection.execute("DROP SCHEMA IF EXISTS toolkit CASCADE")
+    # Drops every toolkit object, chunk tables included: refused while any holds data, unless forced. The
+    # cluster-wide roles and the vector extension stay: other databases may use them.
+    connection = op.get_bind().connection.driver_connection
+    refuse_data_loss(
+        connection,
+        ["toolkit.documents", "toolkit.models", "toolkit.versions", "toolkit.evaluations", "toolkit.cutovers"],
+        chunk_rows=True,
+    )
+    connection.execute("DROP SCHEMA IF EXISTS toolkit CASCADE")

@@ -1,15 +1,21 @@
--- Session context: the tenant and the principals an application sets per transaction.
+-- Session context: the tenant and the principals an application sets per transaction, and the row-level security
+-- every table with a tenant column gets.
 SET LOCAL ROLE toolkit_owner;
 
--- Returns the tenant set for this transaction (or session), or NULL when none is set.
+-- Returns the tenant set for this transaction (or session); NULL when none is set, or when the login is bound to
+-- other tenants (toolkit tenant grant): a bound login then sees no rows, whatever it set.
+-- Definer: reads toolkit.tenant_bindings, which only the owner may read (a login must not list the bindings).
 CREATE OR REPLACE FUNCTION toolkit.current_tenant()
 RETURNS text
 LANGUAGE sql
 STABLE PARALLEL SAFE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT nullif(current_setting('toolkit.tenant', true), '')
+    SELECT s.tenant
+    FROM (SELECT nullif(current_setting('toolkit.tenant', true), '') AS tenant) AS s
+    WHERE NOT EXISTS (SELECT FROM toolkit.tenant_bindings AS b WHERE b.login = session_user)
+        OR EXISTS (SELECT FROM toolkit.tenant_bindings AS b WHERE b.login = session_user AND b.tenant = s.tenant)
 $$;
 
 -- Returns the principals (users, groups) that access labels are matched against; empty when none.
@@ -65,4 +71,28 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT pg_has_role(current_user, 'toolkit_writer', 'USAGE')
         OR pg_has_role(current_user, 'toolkit_owner', 'USAGE')
+$$;
+
+-- (Re)applies the tenant policies to a table with a tenant column: RLS enabled and forced, each tenant sees its
+-- own rows (no tenant set, no rows), the writer and the owner see all (ingest and backfill work across tenants).
+CREATE OR REPLACE FUNCTION toolkit._secure_tenant_table(target regclass)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', target);
+    EXECUTE format('ALTER TABLE %s FORCE ROW LEVEL SECURITY', target);
+    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %s', target);
+    EXECUTE format(
+        'CREATE POLICY tenant_isolation ON %s AS PERMISSIVE FOR ALL TO public'
+        ' USING (tenant = (SELECT toolkit.current_tenant()))'
+        ' WITH CHECK (tenant = (SELECT toolkit.current_tenant()))', target);
+    EXECUTE format('DROP POLICY IF EXISTS service_access ON %s', target);
+    EXECUTE format(
+        'CREATE POLICY service_access ON %s AS PERMISSIVE FOR ALL TO toolkit_writer, toolkit_owner'
+        ' USING (true) WITH CHECK (true)', target);
+END
 $$;

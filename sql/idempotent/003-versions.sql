@@ -59,7 +59,8 @@ BEGIN
 END
 $$;
 
--- (Re)applies row-level security, policies and grants to one version's chunk table.
+-- (Re)applies row-level security, policies and grants to one version's chunk table, and records which definition
+-- of this function did it (an upgrade that does not change it then leaves the table alone).
 CREATE OR REPLACE FUNCTION toolkit._secure_version_table(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -68,30 +69,51 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tbl text := toolkit._version_table(target);
+    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
 BEGIN
-    EXECUTE format('ALTER TABLE toolkit.%I ENABLE ROW LEVEL SECURITY', tbl);
-    EXECUTE format('ALTER TABLE toolkit.%I FORCE ROW LEVEL SECURITY', tbl);
-    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON toolkit.%I', tbl);
-    EXECUTE format(
-        'CREATE POLICY tenant_isolation ON toolkit.%I AS PERMISSIVE FOR ALL TO public'
-        ' USING (tenant = (SELECT toolkit.current_tenant()))'
-        ' WITH CHECK (tenant = (SELECT toolkit.current_tenant()))', tbl);
-    EXECUTE format('DROP POLICY IF EXISTS service_access ON toolkit.%I', tbl);
-    EXECUTE format(
-        'CREATE POLICY service_access ON toolkit.%I AS PERMISSIVE FOR ALL TO toolkit_writer, toolkit_owner'
-        ' USING (true) WITH CHECK (true)', tbl);
+    PERFORM toolkit._secure_tenant_table(tbl);
     -- Restrictive: a labelled row is visible only to principals holding one of its labels.
-    EXECUTE format('DROP POLICY IF EXISTS access_labels ON toolkit.%I', tbl);
+    EXECUTE format('DROP POLICY IF EXISTS access_labels ON %s', tbl);
     EXECUTE format(
-        'CREATE POLICY access_labels ON toolkit.%I AS RESTRICTIVE FOR SELECT TO public'
+        'CREATE POLICY access_labels ON %s AS RESTRICTIVE FOR SELECT TO public'
         ' USING (cardinality(access_labels) = 0'
         ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
         ' OR (SELECT toolkit._is_service_role()))', tbl);
-    EXECUTE format('REVOKE ALL ON toolkit.%I FROM public', tbl);
-    EXECUTE format('GRANT SELECT ON toolkit.%I TO toolkit_reader', tbl);
-    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON toolkit.%I TO toolkit_writer', tbl);
+    PERFORM toolkit._grant_version_table(target);
+    UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
+$$;
+
+-- Grants on one version's chunk table: read for the reader and the deployer, rows for the writer. Re-run by the
+-- grants file on every upgrade (it revokes everything first).
+CREATE OR REPLACE FUNCTION toolkit._grant_version_table(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
+BEGIN
+    EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
+    EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
+    EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO toolkit_writer', tbl);
+END
+$$;
+
+-- Identifies the current definition of the chunk tables' security (a hash of the functions that apply it).
+CREATE OR REPLACE FUNCTION toolkit._version_security_definition()
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT md5(string_agg(p.prosrc, E'\n' ORDER BY p.proname))
+    FROM pg_catalog.pg_proc AS p
+    WHERE p.pronamespace = 'toolkit'::regnamespace
+        AND p.proname IN ('_secure_tenant_table', '_secure_version_table', 'current_tenant', 'current_principals')
 $$;
 
 -- Creates a version for a model and chunker, and its chunks_vN table; returns the version number.
@@ -145,7 +167,7 @@ BEGIN
 
     -- Ingest writes to every live version under the shared form of this lock, and re-reads the set of
     -- live versions inside it: a new version is never missed by a concurrent ingest.
-    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-set'));
+    PERFORM toolkit.lock_version_set(true);
     INSERT INTO toolkit.versions AS v (
         model_alias, chunker_spec, chunker_version, storage, dimensions, distance,
         hnsw_m, hnsw_ef_construction, text_search_config
@@ -231,6 +253,10 @@ BEGIN
         RAISE EXCEPTION 'version % does not exist or is retired', target USING ERRCODE = 'undefined_object';
     END IF;
     idx := toolkit._version_table(target) || '_embedding_idx';
+    -- SHARE ROW EXCLUSIVE conflicts with itself: two backfills finishing together build the index once (writes
+    -- wait either way: CREATE INDEX takes SHARE).
+    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass,
+        'SHARE ROW EXCLUSIVE', format('building the HNSW index of version %s', target), '1h');
     EXECUTE format(
         'CREATE INDEX IF NOT EXISTS %I ON toolkit.%I USING hnsw (embedding %s.%s) WITH (m = %s, ef_construction = %s)',
         idx, toolkit._version_table(target), toolkit._vector_schema(), toolkit._version_opclass(v.storage, v.distance),
@@ -299,9 +325,18 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     pending bigint;
+    current_state text;
 BEGIN
-    -- A backfill's chunk batch holds the shared form of this lock while it writes rows without embeddings.
-    PERFORM pg_advisory_xact_lock(hashtext('toolkit.version-rows:' || target::text));
+    SELECT v.state INTO current_state FROM toolkit.versions AS v WHERE v.version = target;
+    IF current_state IS DISTINCT FROM 'building' AND current_state IS DISTINCT FROM 'ready' THEN
+        RAISE EXCEPTION 'version % is %, not building: it cannot be marked ready', target,
+            coalesce(current_state, 'unknown')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- SHARE waits for every transaction still writing rows to the table (a backfill's chunk batch may write
+    -- rows without embeddings) and keeps new ones out until this transaction ends.
+    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass, 'SHARE',
+        format('marking version %s ready', target));
     PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);
     IF pending > 0 THEN
@@ -311,6 +346,8 @@ BEGIN
     END IF;
     PERFORM toolkit._require_valid_index(target);
     PERFORM toolkit._set_version_state(target, 'ready');
+    -- A ready version can be searched (pinned): it joins toolkit.live_chunks.
+    PERFORM toolkit._replace_live_view();
 END
 $$;
 
@@ -324,6 +361,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM toolkit._set_version_state(target, 'building');
+    PERFORM toolkit._replace_live_view();
 END
 $$;
 
@@ -343,52 +381,23 @@ BEGIN
 END
 $$;
 
--- Stores a verification result; a passing one moves a ready version to verified.
-CREATE OR REPLACE FUNCTION toolkit.record_evaluation(
-    target integer,
-    query_set_hash text,
-    query_count integer,
-    k integer,
-    metrics jsonb,
-    passed boolean,
-    baseline_version integer DEFAULT NULL,
-    gate jsonb DEFAULT '{}'
+-- The versions that receive writes (every state but retired), oldest first: ingest writes each document to all.
+CREATE OR REPLACE FUNCTION toolkit.live_versions()
+RETURNS TABLE (
+    version integer,
+    model_alias text,
+    chunker_spec text,
+    chunker_version text,
+    storage text,
+    dimensions integer
 )
-RETURNS bigint
-LANGUAGE plpgsql
-VOLATILE
-SECURITY DEFINER
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    new_id bigint;
-    current_state text;
-BEGIN
-    SELECT v.state INTO current_state FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
-    IF NOT FOUND OR current_state = 'retired' THEN
-        RAISE EXCEPTION 'version % does not exist or is retired', target USING ERRCODE = 'undefined_object';
-    END IF;
-    INSERT INTO toolkit.evaluations AS e (
-        version, baseline_version, query_set_hash, query_count, k, metrics, gate, passed
-    )
-    VALUES (target, baseline_version, query_set_hash, query_count, k, metrics, gate, passed)
-    RETURNING e.evaluation_id INTO new_id;
-    IF passed AND current_state = 'ready' THEN
-        PERFORM toolkit._set_version_state(target, 'verified');
-    ELSIF NOT passed AND current_state = 'verified' THEN
-        PERFORM toolkit._set_version_state(target, 'ready');
-    END IF;
-    RETURN new_id;
-END
-$$;
-
--- Re-apply security to every live chunk table, so a policy change in a release reaches old versions.
-DO $$
-DECLARE
-    v integer;
-BEGIN
-    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state <> 'retired' ORDER BY 1 LOOP
-        PERFORM toolkit._secure_version_table(v);
-    END LOOP;
-END
+    SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions
+    FROM toolkit.versions AS v
+    WHERE v.state <> 'retired'
+    ORDER BY v.version
 $$;

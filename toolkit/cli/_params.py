@@ -55,21 +55,20 @@ class Checked(click.ParamType):
         return value
 
 
-def _rollback_window(text: str) -> None:
-    from toolkit.cutover import parse_duration
-
-    try:
-        window = parse_duration(str(text))
-    except OverflowError:
-        raise RETENTION_DAYS.refuse(text) from None
-    RETENTION_DAYS.check(window / timedelta(days=1))
-
-
 class Duration(Checked):
-    """A rollback window such as 7d, 12h, 30m or 0."""
+    """A duration such as 7d, 12h, 30m or 0, read by the library's parser and bounded by ``rule`` (in days)."""
 
-    def __init__(self):
-        super().__init__(_rollback_window, "duration")
+    def __init__(self, rule: NumberRule = RETENTION_DAYS):
+        def read(text: str) -> None:
+            from toolkit.cutover import parse_duration
+
+            try:
+                window = parse_duration(str(text))
+            except OverflowError:
+                raise rule.refuse(text) from None
+            rule.check(window / timedelta(days=1))
+
+        super().__init__(read, "duration")
 
 
 class MaybeEmpty(click.types.StringParamType):

@@ -84,7 +84,8 @@ def url() -> None:
 @click.command(short_help="Upgrade (or downgrade) the toolkit schema.")
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
-def migrate(revision: str, downgrade: bool) -> None:
+@click.option("--force", is_flag=True, help="With --downgrade: delete the data the downgrade drops (back it up first).")
+def migrate(revision: str, downgrade: bool, force: bool) -> None:
     """Upgrade the schema to REVISION (default head), or downgrade with --downgrade.
 
     Wraps `alembic upgrade|downgrade`; the whole migration is one transaction.
@@ -95,45 +96,84 @@ def migrate(revision: str, downgrade: bool) -> None:
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
     if downgrade:
-        before, after = migrations.downgrade(database.url, revision)
-        if before == after:
-            click.echo(f"Already at {after or 'base'}; nothing was downgraded.")
-        else:
-            click.echo(f"Downgraded from {before} to {after or 'base'}.")
-        return
-    before, after = migrations.upgrade(database.url, revision)
-    at_head = " (head)" if after == migrations.head_revision() else ""
-    if before == after:
-        click.echo(f"Already at {after}{at_head}; the functions, views, policies and grants were re-applied.")
+        before = migrations.database_revision(database.url)
+        result = migrations.downgrade(database.url, revision, force=force)
+        after = migrations.database_revision(database.url)
+        message = (
+            f"Downgraded from {before} to {after or 'base'}."
+            if before != after
+            else f"Already at {after or 'base'}; nothing was downgraded."
+        )
     else:
-        click.echo(f"Upgraded from {before or 'an empty schema'} to {after}{at_head}.")
+        before = migrations.database_revision(database.url)
+        result = migrations.upgrade(database.url, revision)
+        after = migrations.database_revision(database.url)
+        at_head = " (head)" if after == migrations.head_revision() else ""
+        if not result.changed:
+            message = f"Already at {after}{at_head}; nothing to do."
+        elif before == after:
+            message = f"Re-applied the functions, views, policies and grants of {after}{at_head}."
+        else:
+            message = f"Upgraded from {before or 'an empty database'} to {after}{at_head}."
+    for notice in result.notices:
+        click.echo(f"toolkit: {notice}", err=True)
+    click.echo(message)
 
 
-@click.command(name="status", short_help="Every version: state, rows, pending rows, index, last evaluation.")
+@click.command(name="status", short_help="Every version: state, what it serves, rows, index, last evaluation.")
 @FORMAT_OPTION
 def status_command(output_format: str) -> None:
-    """Each version: model, chunker, state, rows, pending rows, index validity, last evaluation."""
+    """Each version: model, chunker, state, what it serves (active, canary share, rollback target), rows, pending
+    rows, documents and tenants, index validity, the last recall and whether its verification still counts for a
+    cutover (stale once its contents changed); then the canary and the query log."""
     from toolkit.cli._context import open_database
+    from toolkit.query_log import query_log_status
+    from toolkit.serving import canary_status
     from toolkit.versions import version_status
 
     _, conn = open_database()
     with conn:
         rows = [dataclasses.asdict(s) for s in version_status(conn)]
+        canary = canary_status(conn)
+        log = query_log_status(conn)
+    if output_format == "json":
+        click.echo(
+            to_json({"versions": rows, "canary": canary.as_dict() if canary else None, "query_log": log.as_dict()})
+        )
+        return
+    for row in rows:
+        passed = row["last_evaluation_passed"]
+        row["verification"] = (
+            "-" if passed is None else "failed" if not passed else "current" if row["evaluation_current"] else "stale"
+        )
     emit(
         rows,
-        output_format,
+        "table",
         [
             "version",
             "model_alias",
             "chunker_version",
-            "storage",
-            "dimensions",
             "state",
+            "serving",
             "total_rows",
             "pending_rows",
+            "documents",
+            "tenants",
             "index_valid",
-            "last_evaluation_passed",
+            "last_recall",
+            "verification",
         ],
+    )
+    if canary is not None:
+        click.echo(
+            f"Canary: version {canary.candidate} serves {canary.percent:g}% of request keys"
+            + (f" and tenants {', '.join(canary.tenants)}" if canary.tenants else "")
+            + f", since {canary.started_at:%Y-%m-%d %H:%M}."
+        )
+    click.echo(
+        "Query log: "
+        + ("off." if log.sample_rate == 0 else f"logging {log.sample_rate:.0%} of questions")
+        + (f", {log.questions:,} kept for {log.retention}." if log.sample_rate or log.questions else "")
     )
 
 

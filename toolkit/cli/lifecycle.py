@@ -167,7 +167,18 @@ def backfill(
     help="Retrieve this many chunks per query.",
 )
 @click.option("--tenant", help="The tenant whose documents the queries are about (needed if several).")
-@click.option("--min-recall", type=Number(validation.RECALL), help="Fail below this recall@k.")
+@click.option(
+    "--min-recall",
+    type=Number(validation.RECALL),
+    help="Fail below this recall@k (required when no other version is active).",
+)
+@click.option(
+    "--min-queries",
+    type=Number(validation.QUERY_SET_SIZE),
+    default=50,
+    show_default=True,
+    help="Refuse a query set smaller than this (50-200 labelled questions is the usual advice).",
+)
 @click.option(
     "--max-drop",
     type=Number(validation.RECALL_DROP),
@@ -176,11 +187,15 @@ def backfill(
     help="Fail when recall@k is more than this below the active version's.",
 )
 @FORMAT_OPTION
-def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, max_drop, output_format) -> None:
+def verify(
+    model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, min_queries, max_drop, output_format
+) -> None:
     """Run the labelled queries against the candidate and the active version through the SQL applications use.
 
     Reports recall@k, MRR, nDCG@k and span recall/precision/IoU side by side, the queries the candidate wins
-    and loses, stores the result, and exits 1 when the gate fails.
+    and loses, and exits 1 when the gate fails. The search, the metrics and the gate are computed in SQL
+    (toolkit.evaluate_version), which alone records the result. With no other version active, --min-recall is
+    required; a query set smaller than --min-queries is refused.
     """
     from toolkit.cli._context import open_database
     from toolkit.cutover import resolve_version
@@ -191,7 +206,16 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
         candidate = resolve_version(
             conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby", "active")
         )
-        report = run(conn, candidate, queries_path, k=k, tenant=tenant, min_recall=min_recall, max_drop=max_drop)
+        report = run(
+            conn,
+            candidate,
+            queries_path,
+            k=k,
+            tenant=tenant,
+            min_recall=min_recall,
+            max_drop=max_drop,
+            min_queries=min_queries,
+        )
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
     else:
@@ -214,8 +238,9 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
                 }
             )
         emit(rows, "table")
+        count = report.candidate.metrics.queries
         click.echo(
-            f"{plural(report.candidate.metrics.queries, 'query', 'queries')}, tenant {report.tenant}; "
+            f"{plural(count, 'query', 'queries')}, tenant {report.tenant}; "
             f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
         )
         for query in report.losses[:10]:
@@ -232,8 +257,10 @@ def verify(model_alias, chunker_spec, version, queries_path, k, tenant, min_reca
 @version_options
 @click.option("--force", is_flag=True, help="Skip the verification gate (recorded in the audit log).")
 @click.option("--reason", help="Recorded in toolkit.cutovers.")
-def cutover(model_alias, chunker_spec, version, force, reason) -> None:
-    """Swap active_chunks to the version in one transaction; the previous active version becomes standby.
+@FORMAT_OPTION
+def cutover(model_alias, chunker_spec, version, force, reason, output_format) -> None:
+    """Swap active_chunks to the version in one transaction; the previous active version becomes standby. A
+    canary of this version ends: it is promoted.
 
     Requires a passing `toolkit verify` newer than the version's last change, unless --force.
     """
@@ -245,23 +272,43 @@ def cutover(model_alias, chunker_spec, version, force, reason) -> None:
     with conn:
         target = resolve_version(conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby"))
         previous = versions.active_version(conn)
-        versions.activate_version(conn, target, force=force, reason=reason)
+        cutover_id = versions.activate_version(conn, target, force=force, reason=reason)
+    if output_format == "json":
+        click.echo(to_json({"cutover_id": cutover_id, "active": target, "standby": previous, "forced": force}))
+        return
     click.echo(f"Version {target} is active" + (f"; version {previous} is on standby." if previous else "."))
 
 
-@click.command(short_help="Go back to the standby version in one transaction.")
+@click.command(short_help="End the canary, or go back to the standby version, in one transaction.")
 @click.option("--reason", help="Recorded in toolkit.cutovers.")
-def rollback(reason) -> None:
-    """Swap active_chunks back to the version the active one replaced (which must still be on standby)."""
+@FORMAT_OPTION
+def rollback(reason, output_format) -> None:
+    """During a canary: end it (every request back to the active version). Otherwise: swap active_chunks back to
+    the version the active one replaced (which must still be on standby)."""
     from toolkit import versions
     from toolkit.cli._context import open_database
+    from toolkit.serving import canary_status
 
     _, conn = open_database()
     with conn:
+        canary = canary_status(conn)
         current = versions.active_version(conn)
-        versions.rollback_version(conn, reason=reason)
+        cutover_id = versions.rollback_version(conn, reason=reason)
         restored = versions.active_version(conn)
-    click.echo(f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it).")
+    if output_format == "json":
+        ended = canary.candidate if canary else None
+        click.echo(
+            to_json({"cutover_id": cutover_id, "active": restored, "rolled_back": current, "canary_ended": ended})
+        )
+        return
+    if canary is not None:
+        click.echo(
+            f"Canary ended: version {canary.candidate} serves nothing now; version {restored} serves every request."
+        )
+    else:
+        click.echo(
+            f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it)."
+        )
 
 
 @click.command(short_help="Drop standby and abandoned versions past the rollback window.")
@@ -275,7 +322,8 @@ def rollback(reason) -> None:
     help="Retire this one version now (never the active one).",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be retired.")
-def retire(older_than, version, dry_run) -> None:
+@FORMAT_OPTION
+def retire(older_than, version, dry_run, output_format) -> None:
     """Retire (drop the tables of) standby and abandoned versions whose state is older than --older-than.
 
     The active version is never retired.
@@ -294,6 +342,9 @@ def retire(older_than, version, dry_run) -> None:
             retired = [version]
         else:
             retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
+    if output_format == "json":
+        click.echo(to_json({"retired": [] if dry_run else retired, "would_retire": retired if dry_run else []}))
+        return
     verb = "Would retire" if dry_run else "Retired"
     click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
 

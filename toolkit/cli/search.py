@@ -1,4 +1,5 @@
-"""`toolkit search`: the active version's best chunks (or their parents / windows) for a question."""
+"""`toolkit search`: the best chunks (or their parents / windows) for a question, from the version that serves the
+request (or a version named with --version), as an application searches."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import click
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, emit
 from toolkit.cli._params import Number
-from toolkit.validation import EF_SEARCH, RESULTS
+from toolkit.validation import EF_SEARCH, RESULTS, VERSION_NUMBER
 
 COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 
 
-@click.command(short_help="Search the active version as an application would.")
+@click.command(short_help="Search as an application would: the serving version, pinned.")
 @click.argument("question")
 @click.option("--tenant", required=True, help="Search this tenant's chunks (row-level security applies).")
-@click.option("-k", "k", type=Number(RESULTS), default=5, show_default=True, help="Results to return.")
+@click.option("-k", "k", type=Number(RESULTS), default=5, show_default=True, help="Results to return (1-1000).")
+@click.option("--request-key", metavar="KEY", help="The request's key (e.g. a user id) for the canary split.")
+@click.option(
+    "--version", "version", type=Number(VERSION_NUMBER), help="Search this version instead of the serving one."
+)
 @click.option("--hybrid", is_flag=True, help="Fuse full-text and vector ranks (finds codes and identifiers).")
 @click.option("--expand", metavar="parent|window:N", help="Return each hit's parent, or N chunks on each side.")
 @click.option(
@@ -28,16 +33,27 @@ COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 @click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
 @click.option("--ef-search", type=Number(EF_SEARCH), help="hnsw.ef_search for this search (default 40).")
 @FORMAT_OPTION
-def search(question, tenant, k, hybrid, expand, filters, principals, ef_search, output_format) -> None:
-    """Search the active version for QUESTION, embedded with the active model (and its query prefix).
+def search(
+    question, tenant, k, request_key, version, hybrid, expand, filters, principals, ef_search, output_format
+) -> None:
+    """Search for QUESTION as an application does: `toolkit.serving_model(--request-key)` names the version (the
+    active one, or the canary candidate for its share), the question is embedded with that version's model (and its
+    query prefix), and that version is searched (pinned). Row-level security applies (the reader role).
 
     Prints rank, score, heading path, document, character span and text.
     """
-    from toolkit.search import parse_filters
+    from toolkit.search import applies_access_labels, parse_filters
     from toolkit.search import search as run_search
 
     _, conn = open_database()
     with conn:
+        if not applies_access_labels(conn):
+            click.echo(
+                "toolkit: this login is a service role that cannot take toolkit_reader: access labels are not "
+                "applied (every labelled chunk of the tenant is searched). Connect as a reader login to see what an "
+                "application sees.",
+                err=True,
+            )
         hits = run_search(
             conn,
             question,
@@ -48,7 +64,11 @@ def search(question, tenant, k, hybrid, expand, filters, principals, ef_search, 
             filters=parse_filters(filters),
             principals=principals,
             ef_search=ef_search,
+            version=version,
+            request_key=request_key,
         )
+    if hits:
+        click.echo(f"toolkit: version {hits[0].version} ({hits[0].model_alias}) served this search", err=True)
     if output_format == "json":
         emit([hit.as_dict() for hit in hits], "json")
         return

@@ -24,7 +24,10 @@ _BLOCK_ROWS = 1024
 
 
 class HashingEmbedder(Embedder):
-    """``hashing:64``: signed feature hashing of lower-cased word tokens into 64 dimensions, L2-normalized."""
+    """``hashing:64``: signed feature hashing of lower-cased word tokens into 64 dimensions, L2-normalized.
+
+    ``seed`` (an option) gives another vector space of the same dimensions: two seeds model two different models,
+    which is what the serving tests need (a question must never be ranked against another model's vectors)."""
 
     provider = "hashing"
     revision = "1"
@@ -38,9 +41,13 @@ class HashingEmbedder(Embedder):
         query_prefix: str | None = None,
         document_prefix: str | None = None,
         batch_size: int | None = None,
+        seed: int | None = None,
         **unused,
     ):
         reject_unused(self.provider, unused)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32):
+            raise InputError(f"The hashing seed must be a whole number from 0 to 4294967295, not {seed!r}.")
+        self.seed = seed or 0
         if name is None:
             size = dimensions if dimensions is not None else DEFAULT_DIMENSIONS
         elif name.isdigit():
@@ -111,7 +118,7 @@ class HashingEmbedder(Embedder):
     def _feature(self, word: str) -> int:
         code = self._features.get(word)
         if code is None:
-            digest = zlib.crc32(word.encode("utf-8"))
+            digest = zlib.crc32(word.encode("utf-8"), self.seed)
             code = (digest % self.dimensions + 1) * (1 if digest & 0x80000000 else -1)
             if len(self._features) < _CACHE_LIMIT:
                 self._features[word] = code

@@ -1,0 +1,78 @@
+"""What alembic revisions need beyond their SQL: refusing a downgrade that would drop data unless forced, and
+putting back the functions, views and policies of the release a downgrade returns to."""
+
+from __future__ import annotations
+
+from toolkit.schema import release_files
+
+
+def forced() -> bool:
+    """True when the migration was forced: ``toolkit migrate --force`` or ``alembic -x force=yes``."""
+    from alembic import context
+
+    if context.config.attributes.get("force"):
+        return True
+    value = context.get_x_argument(as_dictionary=True).get("force", "")
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def refuse_data_loss(
+    connection, tables: list[str], *, chunk_rows: bool = False, counts: dict[str, str] | None = None
+) -> None:
+    """Raises (nothing changed) when a downgrade would drop rows of these tables (or, with ``chunk_rows``, of any
+    live chunk table, or what the ``counts`` queries count), naming how many, unless the migration is forced."""
+    from alembic.util import CommandError
+
+    if forced():
+        return
+    queries = dict(counts or {})
+    counts = {name: connection.execute(query).fetchone()[0] for name, query in queries.items()}
+    for table in tables:
+        if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+            counts[table] = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # our own names
+    names_versions = connection.execute(
+        "SELECT to_regclass('toolkit.versions') IS NOT NULL"
+        " AND to_regprocedure('toolkit._version_table(integer)') IS NOT NULL"
+    ).fetchone()[0]
+    if chunk_rows and names_versions:
+        total = 0
+        for (table,) in connection.execute(
+            "SELECT format('toolkit.%I', toolkit._version_table(version)) FROM toolkit.versions"
+            " WHERE state <> 'retired' ORDER BY version"
+        ).fetchall():
+            if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
+                total += connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        counts["chunk rows (every version)"] = total
+    lost = {name: count for name, count in counts.items() if count}
+    if lost:
+        listing = ", ".join(f"{count:,} in {name}" for name, count in lost.items())
+        raise CommandError(
+            f"This downgrade would delete data ({listing}); nothing was changed. Back the database up first "
+            "(pg_dump), then run it again with --force (toolkit migrate) or -x force=yes (alembic)."
+        )
+
+
+def restore_release(connection, revision: str, *, replaced: list[str], dropped_views: list[str] = ()) -> None:
+    """Re-applies the idempotent SQL of the release last shipped at ``revision`` over this release's, so the schema a
+    downgrade leaves is one that release works with. Runs in the migration's transaction.
+
+    Functions are replaced in place (CREATE OR REPLACE), not dropped first: a reader statement that is inside a
+    function when the downgrade commits finishes with the helpers it calls still there. Only what the older release
+    cannot replace is dropped: the functions in ``replaced`` (their signature or result changed; given with their
+    argument types), the views in ``dropped_views`` and the model registry's trigger. Functions this release added
+    stay, unused, until the next upgrade replaces them."""
+    connection.execute("SET LOCAL ROLE toolkit_owner")
+    # The signatures name pgvector's types unqualified: resolve them where the extension is.
+    saved = connection.execute(
+        "SELECT current_setting('search_path'), set_config('search_path', toolkit._vector_schema(), true)"
+    ).fetchone()[0]
+    connection.execute("DROP TRIGGER IF EXISTS check_model_row ON toolkit.models")
+    for view in dropped_views:
+        connection.execute(f"DROP VIEW IF EXISTS {view}")  # names given by the revision itself
+    for function in replaced:
+        connection.execute(f"DROP FUNCTION IF EXISTS {function}")
+    connection.execute("SELECT set_config('search_path', %s, true)", (saved,))
+    connection.execute("RESET ROLE")
+    for path in release_files(revision):
+        connection.execute(path.read_text(encoding="utf-8"))
+        connection.execute("RESET ROLE")

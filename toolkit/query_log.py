@@ -1,0 +1,50 @@
+"""The query log's settings (opt-in, sampled, with a retention period): what ``toolkit query-log`` changes. The
+questions are personal data; the log is off (sample rate 0) until an operator turns it on."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+import psycopg
+
+from toolkit.database import translate_errors
+from toolkit.errors import InputError
+
+
+@dataclass(frozen=True)
+class QueryLogStatus:
+    sample_rate: float
+    retention: timedelta
+    questions: int
+    oldest: object
+
+    def as_dict(self) -> dict:
+        values = asdict(self)
+        values["retention"] = str(self.retention)
+        return values
+
+
+def query_log_status(conn: psycopg.Connection) -> QueryLogStatus:
+    with translate_errors(), conn.transaction():
+        return QueryLogStatus(*conn.execute("SELECT * FROM toolkit.query_log_status()").fetchone())
+
+
+def set_query_log(conn: psycopg.Connection, sample_rate: float, retention: timedelta | None = None) -> QueryLogStatus:
+    """Logs ``sample_rate`` of the questions searched (0 turns it off) and keeps them for ``retention``."""
+    if not isinstance(sample_rate, int | float) or not math.isfinite(sample_rate) or not 0 <= sample_rate <= 1:
+        raise InputError(
+            f"--sample-rate must be a share from 0 to 1 (0.1 logs one question in ten), not {sample_rate!r}."
+        )
+    if retention is not None and retention <= timedelta(0):
+        raise InputError(f"--retention must be longer than zero, not {retention}.")
+    with translate_errors(), conn.transaction():
+        conn.execute("SELECT * FROM toolkit.set_query_log(%s, %s)", (float(sample_rate), retention))
+    return query_log_status(conn)
+
+
+def prune_query_log(conn: psycopg.Connection) -> int:
+    """Deletes the questions older than the retention period; returns how many."""
+    with translate_errors(), conn.transaction():
+        return conn.execute("SELECT toolkit.prune_query_log()").fetchone()[0]

@@ -1,0 +1,199 @@
+"""Shadow comparison: replay real questions (from a file, or from the query log) against the active version and a
+candidate, each pinned to its own version and embedded with its own model, and report how much of what they return
+agrees, by character spans (chunk ids differ across chunkers), with the latency of each. No labels are needed: it
+says how different the candidate is, and shows the questions that changed most, for a person to read."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+from toolkit.database import translate_errors
+from toolkit.errors import InputError, StateError
+
+
+@dataclass(frozen=True)
+class Question:
+    tenant: str
+    text: str
+
+
+@dataclass
+class Compared:
+    """One question replayed on both versions: the character overlap of their top-k (0 to 1) and of their first
+    results, and each one's first result as doc_id:start-end."""
+
+    tenant: str
+    question: str
+    overlap: float
+    top1_overlap: float
+    active_top: str | None
+    candidate_top: str | None
+
+
+@dataclass
+class ShadowReport:
+    active: int
+    candidate: int
+    k: int
+    questions: int
+    overlap_at_k: float  # mean over questions
+    top1_changed: float  # share of questions whose first result changed (shares under half its characters)
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # version → p50/p95 of embed and search
+    changed_most: list[Compared] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _characters(spans: Iterable[tuple[str, int, int]]) -> dict[str, list[tuple[int, int]]]:
+    """Spans merged per document: disjoint, sorted (start, end) pairs."""
+    by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for doc_id, start, end in sorted(spans):
+        if end <= start:
+            continue
+        merged = by_doc[doc_id]
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return by_doc
+
+
+def _size(merged: dict[str, list[tuple[int, int]]]) -> int:
+    return sum(end - start for spans in merged.values() for start, end in spans)
+
+
+def span_overlap(a: Sequence[tuple[str, int, int]], b: Sequence[tuple[str, int, int]]) -> float:
+    """Characters both returned / characters either returned (1.0 when both returned nothing)."""
+    left, right = _characters(a), _characters(b)
+    both = 0
+    for doc_id, spans in left.items():
+        for s1, e1 in spans:
+            for s2, e2 in right.get(doc_id, ()):
+                both += max(0, min(e1, e2) - max(s1, s2))
+    either = _size(left) + _size(right) - both
+    return 1.0 if either == 0 else both / either
+
+
+def _percentile(values: list[float], share: float) -> float:
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
+
+
+def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
+    """Questions from JSONL (``{"query": ...}`` per line, labels ignored; ``"tenant"`` optional) or plain text (one
+    question a line); each needs a tenant: its own, or ``tenant``."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise InputError(f"Cannot read {path} ({error.strerror}); check the path.") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path} is not UTF-8 text; save it as UTF-8.") from None
+    found = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        record: dict = {"query": line}
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InputError(f"{path} line {number}: not valid JSON ({error.msg}).") from None
+        text, owner = record.get("query"), record.get("tenant", tenant)
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f'{path} line {number}: "query" must be the question text.')
+        if not isinstance(owner, str) or not owner:
+            raise InputError(f'{path} line {number}: no tenant; give --tenant or a "tenant" field.')
+        found.append(Question(owner, text))
+    if not found:
+        raise InputError(f"{path} holds no questions.")
+    return found
+
+
+def questions_from_log(conn: psycopg.Connection, since: timedelta, tenant: str | None = None) -> list[Question]:
+    """The questions the query log holds from the last ``since`` (toolkit.logged_questions), each once per tenant."""
+    start = datetime.now(UTC) - since
+    with translate_errors(), conn.transaction():
+        rows = conn.execute("SELECT tenant, question FROM toolkit.logged_questions(%s, %s)", (start, tenant)).fetchall()
+    if not rows:
+        raise InputError(
+            f"The query log holds no questions from the last {since}. Turn it on (toolkit query-log --sample-rate "
+            "0.1) and let traffic arrive, or replay a file with --queries."
+        )
+    return [Question(t, q) for t, q in dict.fromkeys(rows)]
+
+
+def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Question], *, k: int = 5) -> ShadowReport:
+    """Replays ``questions`` on the active version and on ``candidate`` (see the module docstring)."""
+    from toolkit.search import query_embedder, search
+    from toolkit.serving import version_model
+
+    with conn.transaction():
+        active = conn.execute("SELECT toolkit.active_version()").fetchone()[0]
+    if active is None:
+        raise StateError("No version is active: a shadow comparison needs one to compare the candidate with.")
+    if active == candidate:
+        raise InputError(f"Version {candidate} is the active version; name a candidate to compare with it.")
+    sides = {v: (version_model(conn, v), query_embedder(conn, version_model(conn, v))) for v in (active, candidate)}
+    timings: dict[int, dict[str, list[float]]] = {v: {"embed": [], "search": []} for v in sides}
+    compared, failed = [], []
+    for q in questions:
+        spans = {}
+        try:
+            for version, (_, embedder) in sides.items():
+                began = time.perf_counter()
+                vector = embedder.embed_query(q.text)
+                embedded = time.perf_counter()
+                hits = search(conn, vector, q.tenant, k, version=version, log=False)
+                timings[version]["embed"].append((embedded - began) * 1000)
+                timings[version]["search"].append((time.perf_counter() - embedded) * 1000)
+                spans[version] = [(h.doc_id, h.start, h.end) for h in hits]
+        except InputError as error:
+            failed.append(f"{q.tenant}: {q.text[:80]}: {error}")
+            continue
+        a, c = spans[active], spans[candidate]
+        compared.append(
+            Compared(
+                q.tenant,
+                q.text,
+                span_overlap(a, c),
+                span_overlap(a[:1], c[:1]),
+                f"{a[0][0]}:{a[0][1]}-{a[0][2]}" if a else None,
+                f"{c[0][0]}:{c[0][1]}-{c[0][2]}" if c else None,
+            )
+        )
+    if not compared:
+        raise InputError("No question could be replayed: " + "; ".join(failed[:3]))
+    latency = {
+        str(v): {
+            f"{stage}_{name}_ms": round(_percentile(values, share), 2)
+            for stage, values in stages.items()
+            for name, share in (("p50", 0.5), ("p95", 0.95))
+        }
+        for v, stages in timings.items()
+    }
+    return ShadowReport(
+        active=active,
+        candidate=candidate,
+        k=k,
+        questions=len(compared),
+        overlap_at_k=round(statistics.fmean(c.overlap for c in compared), 4),
+        top1_changed=round(sum(c.top1_overlap < 0.5 for c in compared) / len(compared), 4),
+        latency_ms=latency,
+        changed_most=sorted(compared, key=lambda c: (c.overlap, c.top1_overlap))[:10],
+        failed=failed,
+    )
