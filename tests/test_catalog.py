@@ -23,7 +23,7 @@ def test_catalog_lints(conn, make_model):
     assert len(chunk_tables) == 3
     for name, rls, forced, policies in chunk_tables:
         assert rls and forced, f"{name}: RLS must be enabled and forced"
-        assert policies >= 1, f"{name}: no policy"
+        assert policies == 3, f"{name}: {policies} policies, expected tenant_isolation, service_access, access_labels"
 
     views = conn.execute(
         "SELECT relname, reloptions FROM pg_class WHERE relnamespace = 'toolkit'::regnamespace AND relkind = 'v'"
@@ -44,7 +44,21 @@ def test_catalog_lints(conn, make_model):
     ).fetchall()
     assert public_definers == []
 
-    documents = conn.execute(
-        "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE oid = 'toolkit.documents'::regclass"
-    ).fetchone()
-    assert documents == (True, True)
+    # every other table with a tenant column: RLS enabled and forced, the two tenant policies
+    for table in ("documents", "query_log"):
+        row = conn.execute(
+            "SELECT relrowsecurity, relforcerowsecurity,"
+            " (SELECT array_agg(policyname ORDER BY policyname) FROM pg_policies WHERE schemaname = 'toolkit'"
+            "  AND tablename = %s) FROM pg_class WHERE oid = ('toolkit.' || %s)::regclass",
+            (table, table),
+        ).fetchone()
+        assert row == (True, True, ["service_access", "tenant_isolation"]), table
+    tenant_tables = {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant'"
+            " WHERE c.relnamespace = 'toolkit'::regnamespace AND c.relkind = 'r'"
+        )
+    }
+    # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant
+    assert tenant_tables - {name for name, *_ in chunk_tables} == {"documents", "query_log", "tenant_bindings"}

@@ -513,3 +513,17 @@ def test_a_cutover_is_seen_at_once_and_pinned_queries_keep_their_version_until_i
     versions.retire_version(conn, v1)
     with pytest.raises(VersionUnavailableError, match=rf"(?i)version {v1} cannot be searched: it is retired"):
         search.search(conn, np.ones(8, dtype=np.float32), "a", 5, version=v1)
+
+
+def test_the_librarys_largest_k_is_the_sqls(conn, store):
+    assert conn.execute("SELECT toolkit.search_max_k()").fetchone()[0] == search.MAX_K
+    assert len(search.search(conn, question_vector(), "a", search.MAX_K, principals=["hr"])) > 0
+    with pytest.raises(InputError, match=f"from 1 to {search.MAX_K}"):
+        search.search(conn, question_vector(), "a", search.MAX_K + 1)
+    for statement in (
+        "SELECT * FROM toolkit.search_chunks(%s, %s)",
+        "SELECT * FROM toolkit.hybrid_search_chunks('row', %s, %s)",
+        "SELECT * FROM toolkit.search_context(%s, %s)",
+    ):
+        with pytest.raises(pg_errors.InvalidParameterValue, match=f"between 1 and {search.MAX_K}"):
+            as_role(conn, statement, (question_vector(), search.MAX_K + 1), tenant="a")

@@ -25,6 +25,18 @@ def test_grants_are_the_last_idempotent_file():
     assert schema.idempotent_files()[-1].name.endswith("-grants.sql")
 
 
+def test_released_snapshots_of_earlier_releases_are_frozen():
+    """What a downgrade re-applies (sql/releases/REVISION/) is the SQL those releases shipped: never edited."""
+    frozen_file = schema.sql_dir() / "incremental" / "frozen.txt"
+    frozen = dict(reversed(line.split()) for line in frozen_file.read_text().splitlines() if line.strip())
+    releases = sorted((schema.sql_dir() / "releases").glob("*/*.sql"))
+    assert releases
+    for path in releases:
+        name = f"releases/{path.parent.name}/{path.name}"
+        assert name in frozen, f"{name} is not in frozen.txt"
+        assert schema.file_hash(path) == frozen[name], f"{name} was edited after release"
+
+
 def test_released_incremental_files_are_frozen():
     """An incremental file is never edited once released: frozen.txt pins every one by hash."""
     frozen_file = schema.sql_dir() / "incremental" / "frozen.txt"
@@ -32,6 +44,7 @@ def test_released_incremental_files_are_frozen():
     for path in schema.incremental_files():
         assert path.name in frozen, f"{path.name} is not in frozen.txt: add its sha256 when it is released"
         assert schema.file_hash(path) == frozen[path.name], f"{path.name} was edited after release"
+    assert all(name.startswith("releases/") or (schema.sql_dir() / "incremental" / name).exists() for name in frozen)
 
 
 def _revision_incrementals() -> list[str]:
@@ -59,15 +72,18 @@ def test_incremental_files_never_call_idempotent_functions():
         assert not used, f"{path.name} calls {used}: incremental files must not depend on idempotent ones"
 
 
-def _routines(text: str) -> list[tuple[str, str]]:
-    """(header comment line, routine text) for each CREATE FUNCTION/PROCEDURE."""
+def _routines(text: str) -> list[tuple[list[str], str]]:
+    """(header comment lines, routine text) for each CREATE FUNCTION/PROCEDURE."""
     found = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if re.match(r"CREATE (OR REPLACE )?(FUNCTION|PROCEDURE)", line):
             end = next(j for j in range(i, len(lines)) if lines[j].startswith("AS $$"))
             body = "\n".join(lines[i : end + 1])
-            found.append((lines[i - 1] if i else "", body))
+            start = i
+            while start > 0 and lines[start - 1].startswith("--"):
+                start -= 1
+            found.append((lines[start:i], body))
     return found
 
 
@@ -75,7 +91,12 @@ def test_every_routine_has_header_volatility_security_and_search_path():
     for path in schema.idempotent_files():
         for header, body in _routines(path.read_text()):
             name = body.split("(")[0]
-            assert header.startswith("--"), f"{path.name}: {name} has no one-line header comment"
+            assert header, f"{path.name}: {name} has no one-line header comment"
+            if "SECURITY DEFINER" in body:
+                reasons = [line for line in header if line.startswith("-- Definer: ")]
+                assert len(reasons) == 1 and len(reasons[0]) > len("-- Definer: ") + 10, (
+                    f"{path.name}: {name} runs as the owner; say why in one '-- Definer: ...' header line"
+                )
             assert re.search(r"\bLANGUAGE (sql|plpgsql)\b", body), f"{name}: no explicit language"
             assert re.search(r"\b(IMMUTABLE|STABLE|VOLATILE)\b", body), f"{name}: no explicit volatility"
             assert re.search(r"SECURITY (INVOKER|DEFINER)", body), f"{name}: no explicit security"

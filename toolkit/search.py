@@ -210,6 +210,7 @@ def search(
     else:
         statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s)"
 
+    _adapt_vectors(conn)
     started = time.perf_counter()
     with _search_errors(), as_reader(conn, tenant, principals, role):
         if ef_search is not None:
@@ -222,6 +223,20 @@ def search(
     if log and question is not None:
         log_query(conn, tenant, question, hits, k, (time.perf_counter() - started) * 1000, request_key, role)
     return hits
+
+
+def _adapt_vectors(conn: psycopg.Connection) -> None:
+    """Teaches a plain psycopg connection pgvector's types (once): the documented search() works on any connection,
+    not only on toolkit.database.connect()'s."""
+    from psycopg.adapt import PyFormat
+
+    try:
+        conn.adapters.get_dumper(np.ndarray, PyFormat.AUTO)
+    except psycopg.ProgrammingError:
+        from pgvector.psycopg import register_vector
+
+        with conn.transaction():
+            register_vector(conn)
 
 
 # The query log's sample rate, read at most every LOG_RATE_TTL seconds per process (a search must not pay a round

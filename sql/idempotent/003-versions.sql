@@ -117,6 +117,7 @@ AS $$
 $$;
 
 -- Creates a version for a model and chunker, and its chunks_vN table; returns the version number.
+-- Definer: creates a table in schema toolkit (the writer has no DDL rights) and takes the private version-set lock.
 CREATE OR REPLACE FUNCTION toolkit.create_version(
     model_alias text,
     chunker_spec text,
@@ -237,6 +238,7 @@ AS $$
 $$;
 
 -- Creates the HNSW index of a version if it is missing (build it after a bulk load: it is faster).
+-- Definer: builds an index on a table the writer does not own.
 CREATE OR REPLACE FUNCTION toolkit.create_version_index(target integer)
 RETURNS text
 LANGUAGE plpgsql
@@ -299,6 +301,7 @@ END
 $$;
 
 -- Counts the rows of a version still waiting for an embedding (parents are never embedded).
+-- Definer: counts every tenant's rows (the caller may see one tenant only).
 CREATE OR REPLACE FUNCTION toolkit.version_pending_rows(target integer)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -316,6 +319,7 @@ END
 $$;
 
 -- building -> ready: every row embedded and the HNSW index valid.
+-- Definer: changes a version's state and the live_chunks view, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.mark_version_ready(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -352,6 +356,7 @@ END
 $$;
 
 -- ready -> building, when a version must be backfilled again.
+-- Definer: changes a version's state and the live_chunks view, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.mark_version_building(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -366,6 +371,7 @@ END
 $$;
 
 -- Records that a version's contents changed: a verification older than this no longer counts.
+-- Definer: records the change in toolkit.versions, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.touch_version(target integer)
 RETURNS void
 LANGUAGE plpgsql

@@ -26,7 +26,7 @@ CREATE TABLE toolkit.traffic_split (
     singleton boolean PRIMARY KEY DEFAULT TRUE CHECK (singleton),
     candidate integer NOT NULL REFERENCES toolkit.versions (version),
     percent numeric(5, 2) NOT NULL CHECK (percent >= 0 AND percent <= 100),
-    tenants text [] NOT NULL DEFAULT '{}',
+    tenants text[] NOT NULL DEFAULT '{}',
     evaluation_id bigint REFERENCES toolkit.evaluations (evaluation_id),
     forced boolean NOT NULL DEFAULT FALSE,
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -63,7 +63,7 @@ ALTER TABLE toolkit.query_log FORCE ROW LEVEL SECURITY;
 CREATE TABLE toolkit.query_log_settings (
     singleton boolean PRIMARY KEY DEFAULT TRUE CHECK (singleton),
     sample_rate double precision NOT NULL DEFAULT 0 CHECK (sample_rate >= 0 AND sample_rate <= 1),
-    retention interval NOT NULL DEFAULT '30 days' CHECK (retention > INTERVAL '0'),
+    retention interval NOT NULL DEFAULT '30 days' CHECK (retention > interval '0'),
     last_pruned_at timestamptz NOT NULL DEFAULT '-infinity',
     changed_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
@@ -86,7 +86,8 @@ COMMENT ON TABLE toolkit.tenant_bindings IS
 ALTER TABLE toolkit.versions ADD COLUMN secured_with text;
 
 -- NaN passes CHECK (price >= 0) (NaN sorts above every number): refuse it too; a NaN already stored becomes 0.
-UPDATE toolkit.models SET price_per_million_tokens = 0 WHERE price_per_million_tokens = 'NaN'::numeric;
+UPDATE toolkit.models SET price_per_million_tokens = 0
+WHERE price_per_million_tokens = 'NaN'::numeric;
 ALTER TABLE toolkit.models ADD CONSTRAINT models_price_is_a_number
 CHECK (price_per_million_tokens <> 'NaN'::numeric);
 
