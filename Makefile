@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned to the CPU build: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,7 +28,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/sqlfluff lint sql --dialect postgres
 
+# The retrieval eval as a gate (toolkit/eval_gate.py): the bundled sample set with the baseline's configuration and
+# the default local model must stay within the tolerance of toolkit/data/sample/eval_baseline.json. Before pytest, so
+# that pytest's summary is the last line.
 test: lint
+	$(BIN)/python -m toolkit.eval_gate
 	$(BIN)/python -m pytest
 
 format: $(STAMP)
@@ -37,7 +41,7 @@ format: $(STAMP)
 	$(BIN)/sqlfluff fix sql --dialect postgres
 
 $(VENV)/.bench-installed: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,bench]'
 	touch $@
 
 # Each benchmark starts its own embedded server under /tmp; results go to docs/benchmarks.md by hand.

@@ -1,7 +1,9 @@
 """The model-migration lifecycle, measured on one embedded PostgreSQL: backfill throughput with the hashing embedder
 (the toolkit's own overhead) and with a real model against the same model's bare ``embed_documents`` on the same
 texts; the HNSW index built before loading against after loading (same rows); and the wall time of a cutover
-(``activate_version`` / ``rollback_version``) while 8 reader threads query ``active_chunks`` as ``toolkit_reader``.
+(``activate_version`` / ``rollback_version``) while 8 reader threads query ``active_chunks`` as ``toolkit_reader``,
+and again while 8 readers follow the pinned pattern (``serving_model()`` → embed → ``search_chunks(…, query_version)``);
+what the pin costs a search (pinned against unpinned, paired), and what binding a login to its tenant costs.
 
 Documents are the generated Markdown of bench/ingest.py, stored in ``toolkit.documents`` directly (a backfill
 reads documents from there, not from files). The index comparison and the cutover use the hashing vectors the
@@ -56,6 +58,9 @@ from toolkit.progress import Progress  # noqa: E402
 REAL_MODEL = ("minilm", "sentence-transformers", "all-MiniLM-L6-v2")
 READERS = 8
 QUERY = "SELECT version, chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 10"
+SERVING = "SELECT version, model_alias FROM toolkit.serving_model(%s)"
+PINNED = "SELECT version, chunk_id FROM toolkit.search_chunks(%s, 10, query_version => %s)"
+UNPINNED = "SELECT version, chunk_id FROM toolkit.search_chunks(%s, 10)"
 
 
 class StageClock(Progress):
@@ -360,6 +365,145 @@ def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: f
     }
 
 
+def _timed(conn, statement: str, params: tuple) -> float:
+    started = time.perf_counter()
+    with conn.transaction():
+        conn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+        conn.execute(statement, params).fetchall()
+    return (time.perf_counter() - started) * 1000
+
+
+def measure_pin_cost(url: str, version: int, rounds: int) -> dict:
+    """One reader alone, paired rounds in alternating order: the search unpinned and pinned to the version, the
+    serving_model() call, the whole pattern (serving_model then the pinned search: two transactions), and the same
+    pinned search as a login bound to its tenant (the binding's lookup) against an unbound one."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from toolkit.database import connect
+
+    with connect(url, autocommit=True) as conn:
+        for name in ("bench_app", "bench_bound"):
+            conn.execute(f"DROP ROLE IF EXISTS {name}")
+            conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE toolkit_reader")
+        conn.execute("SELECT toolkit.bind_tenants('bench_bound', ARRAY[%s])", (TENANT,))
+    base = psycopg.conninfo.conninfo_to_dict(url)
+    connections = {}
+    for name in ("bench_app", "bench_bound"):
+        c = psycopg.connect(**{**base, "user": name}, autocommit=True)
+        register_vector(c)
+        connections[name] = c
+    app, bound = connections["bench_app"], connections["bench_bound"]
+    rng = np.random.default_rng(11)
+    samples: dict[str, list[float]] = {k: [] for k in ("unpinned", "pinned", "serving", "pattern", "bound_pinned")}
+    for i in range(rounds + 50):
+        vector = rng.standard_normal(DIMS).astype(np.float32)
+        order = ["unpinned", "pinned", "pattern", "bound_pinned"]
+        if i % 2:
+            order.reverse()
+        measured = {}
+        for what in order:
+            if what == "unpinned":
+                measured[what] = _timed(app, UNPINNED, (vector,))
+            elif what == "pinned":
+                measured[what] = _timed(app, PINNED, (vector, version))
+            elif what == "bound_pinned":
+                measured[what] = _timed(bound, PINNED, (vector, version))
+            else:
+                serving = _timed(app, SERVING, (f"user-{i}",))
+                measured["serving"] = serving
+                measured[what] = serving + _timed(app, PINNED, (vector, version))
+        if i >= 50:  # after warm-up
+            for what, ms in measured.items():
+                samples[what].append(ms)
+    for c in connections.values():
+        c.close()
+    out = {
+        what: {"p50_ms": statistics.median(v), "p95_ms": percentile(v, 0.95), "queries": len(v)}
+        for what, v in samples.items()
+    }
+    out["pin_cost_p50"] = out["pinned"]["p50_ms"] / out["unpinned"]["p50_ms"] - 1
+    out["binding_cost_p50"] = out["bound_pinned"]["p50_ms"] / out["pinned"]["p50_ms"] - 1
+    out["load_average"] = load_average()
+    return out
+
+
+def measure_pinned_cutover(url: str, first: int, second: int, swaps: int, pause_s: float) -> dict:
+    """8 readers follow the documented pattern (serving_model with a request key → the question's vector →
+    search_chunks pinned to that version) while cutovers and rollbacks alternate: swap time, reader errors, and
+    results that are short or come from another version than the one served."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from toolkit import versions
+    from toolkit.database import connect
+
+    conn = connect(url, autocommit=True)
+    if versions.active_version(conn) != first:
+        versions.activate_version(conn, first, force=True, reason="bench")
+    stop = threading.Event()
+    lock = threading.Lock()
+    errors: list[str] = []
+    wrong = [0]
+    latency: list[float] = []
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(100 + seed)
+        with psycopg.connect(url, autocommit=True) as rconn:
+            register_vector(rconn)
+            rconn.execute("SET ROLE toolkit_reader")
+            while not stop.is_set():
+                vector = rng.standard_normal(DIMS).astype(np.float32)
+                started = time.perf_counter()
+                try:
+                    with rconn.transaction():
+                        rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+                        version, _ = rconn.execute(SERVING, (f"user-{rng.integers(10_000)}",)).fetchone()
+                    with rconn.transaction():
+                        rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+                        rows = rconn.execute(PINNED, (vector, version)).fetchall()
+                except psycopg.Error as error:
+                    with lock:
+                        errors.append(f"{type(error).__name__}: {error}".strip())
+                    continue
+                with lock:
+                    latency.append((time.perf_counter() - started) * 1000)
+                    if len(rows) != 10 or {r[0] for r in rows} != {version}:
+                        wrong[0] += 1
+
+    threads = [threading.Thread(target=reader, args=(i,), name=f"pinned-{i}") for i in range(READERS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    swap_ms = []
+    for i in range(swaps):
+        started = time.perf_counter()
+        if i % 2 == 0:
+            versions.activate_version(conn, second, force=True, reason="bench")
+        else:
+            versions.rollback_version(conn, reason="bench")
+        swap_ms.append((time.perf_counter() - started) * 1000)
+        time.sleep(pause_s)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    conn.close()
+    return {
+        "readers": READERS,
+        "swaps": swaps,
+        "swap_p50_ms": statistics.median(swap_ms),
+        "swap_p95_ms": percentile(swap_ms, 0.95),
+        "swap_max_ms": max(swap_ms),
+        "requests": len(latency),
+        "request_p50_ms": statistics.median(latency),
+        "request_p95_ms": percentile(latency, 0.95),
+        "reader_errors": len(errors),
+        "reader_error_examples": errors[:3],
+        "short_or_other_version": wrong[0],
+        "load_average": load_average(),
+    }
+
+
 def run(args) -> dict:
     from toolkit.database import connect
 
@@ -397,6 +541,16 @@ def run(args) -> dict:
             args.pause,
         )
         print(f"cutover: { {k: v for k, v in results['cutover'].items() if not k.endswith('swap_ms')} }", flush=True)
+        results["pinned_cutover"] = measure_pinned_cutover(
+            server.url,
+            results["index"]["before"]["version"],
+            results["index"]["after"]["version"],
+            args.swaps,
+            args.pause,
+        )
+        print(f"pinned cutover: {results['pinned_cutover']}", flush=True)
+        results["pin_cost"] = measure_pin_cost(server.url, results["index"]["before"]["version"], args.pin_rounds)
+        print(f"pin cost: {results['pin_cost']}", flush=True)
         results["load_average_end"] = load_average()
     return results
 
@@ -448,6 +602,32 @@ def table(results: dict) -> str:
     ):
         r = cut[key]
         lines.append(f"| {label} | {r['queries']:,} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} | {r['max_ms']:.1f} |")
+    pinned, pin = results["pinned_cutover"], results["pin_cost"]
+    lines += [
+        "",
+        f"Cutover with {pinned['readers']} readers following the pinned pattern (serving_model → pinned search):"
+        f" {pinned['swaps']} swaps, p50 {pinned['swap_p50_ms']:.1f} ms, p95 {pinned['swap_p95_ms']:.1f} ms,"
+        f" max {pinned['swap_max_ms']:.1f} ms; {pinned['requests']:,} requests (p50 {pinned['request_p50_ms']:.1f} ms,"
+        f" p95 {pinned['request_p95_ms']:.1f} ms), reader errors {pinned['reader_errors']}, short or from another"
+        f" version {pinned['short_or_other_version']}.",
+        "",
+        "| one reader alone, paired rounds (ms) | queries | p50 | p95 |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for label, key in (
+        ("search_chunks, unpinned (the active version)", "unpinned"),
+        ("search_chunks, pinned (query_version)", "pinned"),
+        ("serving_model(request_key)", "serving"),
+        ("the pattern: serving_model, then the pinned search", "pattern"),
+        ("pinned search as a login bound to its tenant", "bound_pinned"),
+    ):
+        r = pin[key]
+        lines.append(f"| {label} | {r['queries']:,} | {r['p50_ms']:.2f} | {r['p95_ms']:.2f} |")
+    lines += [
+        "",
+        f"The pin costs {pin['pin_cost_p50']:+.1%} at p50 (target ≤ 10%); binding the login to its tenant"
+        f" {pin['binding_cost_p50']:+.1%} (target ≤ 10%).",
+    ]
     return "\n".join(lines)
 
 
@@ -466,6 +646,7 @@ def main() -> None:
     parser.add_argument("--swaps", type=int, default=40, help="activate/rollback swaps with readers running")
     parser.add_argument("--baseline-seconds", type=float, default=5.0, help="reader latency without swaps first")
     parser.add_argument("--pause", type=float, default=0.1, help="seconds between swaps")
+    parser.add_argument("--pin-rounds", type=int, default=1000, help="paired rounds measuring the pin's cost")
     args = parser.parse_args()
     results = run(args)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """The chunking sweep of docs/evaluation.md: six chunker configurations on the bundled sample corpus (seven
 PostgreSQL manual chapters, 260 labelled queries), embedded with a real model, through `toolkit.evaluate`.
 
-Prints the table as Markdown, writes the frontier plot (docs/frontier.png by default) and the full report as
-JSON. Embeddings go through the on-disk cache (~/.cache/toolkit), so a second run embeds nothing.
+Prints the table as Markdown, writes the frontier plot (/tmp/toolkit-sweep.png by default; docs/frontier.png is
+bench/quality.py's) and the full report as JSON. Vector ranking, k chunks per question: the chunkers alone.
+Embeddings go through the on-disk cache (~/.cache/toolkit), so a second run embeds nothing.
 
     .venv/bin/python bench/sweep.py                                   # e5, the six configurations
     .venv/bin/python bench/sweep.py --model hashing:64 --plot /tmp/x.png   # a quick dry run
@@ -80,7 +81,7 @@ def main() -> None:
     parser.add_argument("--model", default="e5:multilingual-e5-small")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("-k", type=int, default=5)
-    parser.add_argument("--plot", default=str(ROOT / "docs" / "frontier.png"))
+    parser.add_argument("--plot", default="/tmp/toolkit-sweep.png")
     parser.add_argument("--json", default="/tmp/toolkit-sweep.json", help="where the full report is written")
     parser.add_argument("--cache-dir", default=str(default_cache_dir()))
     args = parser.parse_args()
@@ -89,7 +90,14 @@ def main() -> None:
     embedder = get_embedder(args.model)
     with EmbeddingCache(args.cache_dir) as cache:
         report = evaluate(
-            SAMPLE_DOCS, SAMPLE_QUERIES, args.configs, embedder=embedder, k=args.k, cache=cache, progress=True
+            SAMPLE_DOCS,
+            SAMPLE_QUERIES,
+            args.configs,
+            embedder=embedder,
+            k=args.k,
+            cache=cache,
+            progress=True,
+            retrieval="vector:assemble=off",  # the chunkers alone, k chunks (bench/quality.py measures the rest)
         )
     elapsed = time.monotonic() - started
     plot_frontier(report, args.plot)

@@ -177,6 +177,8 @@ ROWS = [
     row("estimate", "--system-prompt-tokens", f"{EST} --system-prompt-tokens {{}}", number(zero=READ)),
     row("estimate", "--question-tokens", f"{EST} --question-tokens {{}}", number(zero=READ)),
     row("estimate", "--format", f"{EST} --format {{}}", choice()),
+    row("estimate", "--memory", f"{EST} --memory {{}}", named(USAGE)),
+    row("estimate", "--hnsw-m", f"{EST} --hnsw-m {{}}", number()),
     # eval (reads only; the database only for an alias or --version)
     row("eval", "--corpus", f"eval {EVAL_QUERIES} {EVAL_CONFIG} --corpus {{}}", path(USAGE)),
     row("eval", "--queries", f"eval {EVAL_CORPUS} {EVAL_CONFIG} --queries {{}}", path(REFUSED)),
@@ -184,6 +186,7 @@ ROWS = [
     row("eval", "--model", f"eval {EVAL_CORPUS} {EVAL_QUERIES} --configs fixed:40:0 --model {{}}", named(REFUSED)),
     row("eval", "-k", f"{EVAL} -k {{}}", number()),
     row("eval", "--scorer", f"{EVAL} --scorer {{}}", choice()),
+    row("eval", "--retrieval", f"{EVAL} --retrieval {{}}", named(REFUSED)),
     row("eval", "--plot", f"{EVAL} --plot {{}}", path(REFUSED)),
     row("eval", "--input-price", f"{EVAL} --input-price {{}}", number(zero=READ)),
     row("eval", "--cache-dir", f"eval {EVAL_CORPUS} {EVAL_QUERIES} {EVAL_CONFIG} --cache-dir {{}}", path(READ)),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,9 +19,11 @@ from toolkit.estimate import (
     chunk_count,
     corpus_tokens,
     estimate,
+    hnsw_index_bytes,
     pair_configs,
     parse_count,
     parse_overlap,
+    parse_size,
     vector_bytes,
 )
 from toolkit.queries import SAMPLE_DOCS
@@ -289,3 +294,77 @@ def test_small_to_big_context_counts_the_parents_the_llm_reads():
     assert row["embedded_tokens"] == sum(c.token_count for c in children)
     mean_parent = sum(c.token_count for c in parents) / len(parents)
     assert row["context_tokens_per_query"] == round(5 * mean_parent)
+
+
+# -- when do I need to shard ---------------------------------------------------------------------------------------
+# DESIGN.md's HNSW builds here, 200k × 384 (m = 16): vector 391 MB, halfvec 223 MB, binary quantization 67 MB.
+MEASURED_HNSW = [("float32", 391e6), ("halfvec", 223e6), ("binary", 67e6)]
+
+
+@pytest.mark.parametrize(("storage", "measured"), MEASURED_HNSW)
+def test_hnsw_index_size_is_within_ten_percent_of_the_measured_builds(storage, measured):
+    assert abs(hnsw_index_bytes(200_000, 384, storage) - measured) / measured < 0.10
+
+
+def test_000_a_100m_chunk_corpus_is_over_600_gb_and_does_not_fit_one_server():
+    # 000: "a 100M-chunk corpus at the same dimension [1,536] is over 600 GB and forces sharding, quantization or a
+    # disk-based index".
+    data = _cli("--chunks", "100M", "--dims", "1536", "--memory", "64GB")
+    (row,) = data["rows"]
+    assert row["vector_bytes"] > 600e9
+    fit = row["memory"]
+    assert fit["memory_bytes"] == 64_000_000_000 and fit["usable_bytes"] == 48_000_000_000
+    assert not fit["fits"] and fit["index_bytes"] > row["vector_bytes"]  # the graph comes on top of the vectors
+    assert fit["nodes"] == -(-fit["index_bytes"] // fit["usable_bytes"])
+    table = CliRunner().invoke(main, ["estimate", "--chunks", "100M", "--dims", "1536", "--memory", "64GB"]).output
+    assert "shard by tenant over" in table and "binary quantization" in table
+
+
+def test_000_the_system_design_corpus_fits_one_server():
+    # 000: 550,000 chunks at 1,536 dims "about 3.4 GB before index overhead, which fits in memory on one node".
+    row = estimate(200_000_000, configs=[(400, 40)], memory=parse_size("64GB")).rows[0]
+    assert row.memory.fits and row.memory.nodes == 1
+    assert row.vector_bytes < row.hnsw_index_bytes < 2 * row.vector_bytes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("64GB", 64e9), ("64 GB", 64e9), ("64G", 64e9), ("512MB", 512e6), ("1.5TB", 1.5e12), ("64GiB", 64 * 2**30)],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "64XB", "0GB", "-3GB"])
+def test_parse_size_rejects_garbage(text):
+    with pytest.raises(InputError, match=r"is not a size|above zero"):
+        parse_size(text)
+
+
+def test_a_bad_memory_size_is_a_clean_cli_error():
+    result = CliRunner().invoke(main, ["estimate", "--tokens", "10M", "--memory", "lots"])
+    assert result.exit_code == 2 and "is not a size" in result.output and "Traceback" not in result.output
+
+
+# -- the documented outputs ----------------------------------------------------------------------------------------
+REPOSITORY = Path(__file__).resolve().parent.parent
+DOCUMENTED = sorted(
+    (path.relative_to(REPOSITORY).as_posix(), command, output)
+    for path in (REPOSITORY / "docs").glob("*.md")
+    for command, output in re.findall(
+        r"```\n(toolkit estimate (?:[^\n]*\\\n)*[^\n]*)\n```\n\n```\n(.*?)\n```", path.read_text(encoding="utf-8"), re.S
+    )
+)
+
+
+def test_the_docs_show_estimate_outputs():
+    assert {path for path, _, _ in DOCUMENTED} >= {"docs/estimate.md", "docs/scaling.md"}
+
+
+@pytest.mark.parametrize(("path", "command", "output"), DOCUMENTED, ids=[f"{p}:{c[:60]}" for p, c, _ in DOCUMENTED])
+def test_a_documented_estimate_output_is_what_the_command_prints(path, command, output, monkeypatch):
+    monkeypatch.chdir(REPOSITORY)  # the commands name paths from the repository's top
+    args = shlex.split(command.replace("\\\n", " "))[2:]
+    result = CliRunner().invoke(main, ["estimate", *args])
+    assert result.exit_code == 0, result.output
+    assert result.output.rstrip("\n") == output, f"{path}: the output of `{command}` changed; paste the new one"

@@ -38,7 +38,9 @@ def seed_files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def run(*args: str):
-    return CliRunner().invoke(main, ["eval", *args])
+    # Vector ranking needs no database; tests of the full-text modes run with one (tests/test_retrieval_sql.py).
+    extra = [] if "--scorer" in args or "--retrieval" in args else ["--retrieval", "vector"]
+    return CliRunner().invoke(main, ["eval", *args, *extra])
 
 
 def seed_split_sentences(text: str) -> list[str]:  # the seed's own splitter
@@ -141,7 +143,7 @@ def test_a_sweep_embeds_each_distinct_text_once_and_a_cached_rerun_embeds_nothin
     assert len(every) > len(distinct)  # the configurations do share chunks
 
     with EmbeddingCache(tmp_path / "cache") as cache:
-        report = evaluate(corpus, queries, configs, embedder=model, k=2, cache=cache)
+        report = evaluate(corpus, queries, configs, embedder=model, k=2, cache=cache, retrieval="vector")
     assert sorted(model.documents) == sorted(distinct)  # every distinct text once, none twice
     assert sorted(model.queries) == sorted(q for q, _ in QUERIES)
     seen: set[str] = set()
@@ -156,7 +158,7 @@ def test_a_sweep_embeds_each_distinct_text_once_and_a_cached_rerun_embeds_nothin
 
     again = CountingEmbedder(get_embedder("hashing:64"))
     with EmbeddingCache(tmp_path / "cache") as cache:  # a new run, read from disk
-        second = evaluate(corpus, queries, configs, embedder=again, k=2, cache=cache)
+        second = evaluate(corpus, queries, configs, embedder=again, k=2, cache=cache, retrieval="vector")
     assert again.documents == [] and again.queries == [] and second.embedded_texts == 0
     assert [r.to_dict() | {"seconds": 0, "embedded_texts": 0} for r in second.configs] == [
         r.to_dict() | {"seconds": 0, "embedded_texts": 0} for r in report.configs
@@ -183,14 +185,18 @@ def test_ranking_and_metrics_match_a_search_done_by_hand(seed_files):
     corpus, queries = seed_files
     model = get_embedder("hashing:64")
     spec = "fixed:150:30:unit=chars"
-    report = evaluate(corpus, queries, [spec], embedder=model, k=3)
+    report = evaluate(corpus, queries, [spec], embedder=model, k=3, retrieval="vector")
     chunks = get_chunker(spec, embedder=model).chunk(TEXT, "policy.txt")
-    vectors = model.embed_documents([c.embed_text for c in chunks])
+    vectors = np.asarray(model.embed_documents([c.embed_text for c in chunks]), dtype=np.float64)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     labelled = load_queries(queries, {"policy.txt": TEXT})
     recalls, tokens = [], []
     for q in labelled:
-        similarity = vectors @ model.embed_query(q.query)
-        top = [chunks[i] for i in sorted(range(len(chunks)), key=lambda i: -similarity[i])[:3]]
+        query = np.asarray(model.embed_query(q.query), dtype=np.float64)
+        similarity = vectors @ (query / np.linalg.norm(query))
+        # SQL's order: distance, then chunk id (search_chunks' ORDER BY h.distance, h.chunk_id).
+        order = sorted(range(len(chunks)), key=lambda i: (round(1 - similarity[i], 12), chunks[i].chunk_id))
+        top = [chunks[i] for i in order[:3]]
         recalls.append(score_query([(c.doc_id, c.start, c.end) for c in top], q.answers, 3).recall)
         tokens.append(sum(c.token_count for c in top))
     row = report.configs[0]
@@ -250,6 +256,11 @@ def test_plot_and_table_output(seed_files, tmp_path):
         ({"--queries": "missing.jsonl"}, "Cannot read the query file"),
         ({"--model": "nosuch:model"}, "Unknown embedding provider"),
         ({"-k": "0"}, None),  # click's own range check (exit code 2)
+        ({"--retrieval": "fuzzy"}, "Unknown retrieval mode 'fuzzy'; use one of vector, hybrid, text."),
+        ({"--retrieval": "vector:k1=x"}, "has k1=x, which is not a float"),
+        ({"--retrieval": "vector:b=2"}, "BM25's b must be between 0 and 1"),
+        ({"--retrieval": "vector:depth=3"}, "has an option 'depth=3' it does not take"),
+        ({"--retrieval": "vector,vector"}, "The retrieval 'vector' is listed twice"),
     ],
 )
 def test_bad_input_is_a_clean_error(seed_files, change, message):
@@ -276,6 +287,15 @@ def test_an_answer_not_in_the_corpus_is_a_clean_error(seed_files):
     assert "line 1: the answer text 'not there' is not in 'policy.txt'" in result.output
 
 
+def test_bow_with_a_retrieval_mode_is_refused(seed_files):
+    corpus, queries = seed_files
+    result = run(
+        "--corpus", str(corpus), "--queries", str(queries), "--configs", "fixed:200:0",
+        "--scorer", "bow", "--retrieval", "hybrid",
+    )  # fmt: skip
+    assert result.exit_code == 1 and "--retrieval has no effect" in result.output
+
+
 def test_bow_with_a_model_is_refused(seed_files):
     corpus, queries = seed_files
     result = run(
@@ -292,7 +312,7 @@ def test_a_registered_alias_is_read_from_the_database(seed_files, database_url, 
     corpus, queries = seed_files
     make_model("toy", dimensions=32)
     common = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", "sentence:200:1:unit=chars"]
-    common += ["--no-cache", "--format", "json"]
+    common += ["--no-cache", "--format", "json", "--retrieval", "vector"]
     by_alias = CliRunner().invoke(main, ["--database-url", database_url, *common, "--model", "toy"])
     assert by_alias.exit_code == 0, by_alias.output
     by_ref = CliRunner().invoke(main, [*common, "--model", "hashing:32"])

@@ -3,6 +3,7 @@ round-trips, and re-applying the idempotent files changes nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -267,3 +268,21 @@ def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_ur
         conn.execute(f"DROP ROLE {reader}")
     assert errors == [], "\n".join(errors[:3])
     assert done[0] > 50
+
+
+def test_the_upgrade_removes_secrets_an_earlier_release_stored_and_names_the_aliases(empty_database_url):
+    migrate.upgrade(empty_database_url, "0002")
+    with psycopg.connect(empty_database_url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO toolkit.models (alias, provider, model_name, dimensions, max_input_tokens, options, base_url)"
+            " VALUES ('k1', 'openai', 'm', 16, 512, '{\"api_key\": \"sk-SECRET\", \"timeout\": 30}',"
+            " 'http://user:pa55@127.0.0.1:9/v1'), ('clean', 'hashing', '8', 8, 10, '{}', NULL)"
+        )
+    result = migrate.upgrade(empty_database_url)
+    assert any("model k1" in n and "api_key" in n and "api_key_env" in n for n in result.notices), result.notices
+    assert not any("clean" in n for n in result.notices)
+    with psycopg.connect(empty_database_url) as c:
+        options, base_url = c.execute("SELECT options, base_url FROM toolkit.models WHERE alias = 'k1'").fetchone()
+        stored = json.dumps(c.execute("SELECT to_jsonb(m) FROM toolkit.models AS m").fetchall())
+    assert options == {"timeout": 30} and base_url == "http://127.0.0.1:9/v1"
+    assert "sk-SECRET" not in stored and "pa55" not in stored

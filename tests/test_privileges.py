@@ -94,6 +94,10 @@ EVERYONE = {
     "_search_filters",
     "_check_k",
     "_version_gone",
+    "lexical_settings",
+    "chunk_search_text",
+    "query_lexemes",
+    "_any_lexeme",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
@@ -544,3 +548,17 @@ def test_the_binding_lookup_runs_once_per_statement(conn, logins, lived):
     lines = plan.splitlines()
     headers = [i for i, line in enumerate(lines) if line.strip().startswith("InitPlan")]
     assert headers and all("loops=1" in lines[i + 1] for i in headers), plan
+
+
+def test_a_lock_wait_is_bounded_and_names_the_holder(conn, database_url, logins):
+    urls, names = logins
+    holder = psycopg.connect(urls["writer"])
+    holder.execute("SELECT toolkit.lock_version_set(true)")  # as create_version holds it, left open
+    try:
+        with psycopg.connect(urls["writer"]) as writer, pytest.raises(pg_errors.LockNotAvailable) as caught:
+            writer.execute("SELECT toolkit.lock_version_set(false, '200ms')")
+        message = caught.value.diag.message_primary
+        assert "waited 200ms" in message and f"pid {holder.info.backend_pid}" in message
+        assert names["writer"] in message and "transaction open since" in message
+    finally:
+        holder.close()

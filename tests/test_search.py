@@ -14,7 +14,6 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import errors as pg_errors
-from psycopg import sql
 from support import fill_version
 
 from toolkit import search, versions
@@ -146,8 +145,6 @@ def test_vector_search_returns_the_exact_top_k_best_first(conn, store):
 def test_search_inside_the_callers_transaction_leaves_its_role_and_settings_alone(conn, store):
     # The role, tenant and principals a search sets are local to it: the caller's own transaction goes on as
     # the caller, with no tenant set, after the search returns (a placeholder setting left empty reads as '').
-    from toolkit.verify import search_rows
-
     settings = (
         "SELECT current_user, coalesce(current_setting('toolkit.tenant', true), ''),"
         " coalesce(current_setting('toolkit.principals', true), '')"
@@ -157,8 +154,8 @@ def test_search_inside_the_callers_transaction_leaves_its_role_and_settings_alon
         assert baseline[1:] == ("", "")
         assert search.search(conn, QUESTION, "a", 3, principals=["hr"], role="toolkit_reader")
         assert conn.execute(settings).fetchone() == baseline
-        relation = sql.Identifier("toolkit", "active_chunks")
-        assert search_rows(conn, relation, sql.SQL("chunk_id"), question_vector(), "a", 3, True)
+        # a question in a caller's transaction: the serving model is asked in a rolled-back transaction too
+        assert search.search(conn, question_vector(), "a", 3, version=store, log=False)
         assert conn.execute(settings).fetchone() == baseline
 
 
@@ -449,7 +446,7 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
         ],
     )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.output)
+    rows = json.loads(result.stdout)
     assert [r["rank"] for r in rows] == [1, 2, 3]
     assert {"score", "heading_path", "doc_id", "start", "end", "text"} <= set(rows[0])
     result = runner.invoke(
@@ -468,7 +465,7 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0].split() == ["rank", "score", "heading_path", "doc_id", "span", "text"]
+    assert result.stdout.splitlines()[0].split() == ["rank", "score", "heading_path", "doc_id", "span", "text"]
     assert "guide/row-security.md" in result.output and "hr/" not in result.output
 
 

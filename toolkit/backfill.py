@@ -18,13 +18,12 @@ import psycopg
 from psycopg import sql
 
 from toolkit import validation, versions
+from toolkit.chunking import recommended_spec
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.ingest import LiveVersion, _lock_documents, chunk_row, copy_chunk_rows, vector_schema
 from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
-
-DEFAULT_CHUNKER = "markdown:400:40"
 
 
 @dataclass
@@ -158,7 +157,7 @@ def chunk_pending_documents(
             for tenant, doc_id in batch:
                 row = conn.execute(
                     sql.SQL(
-                        "SELECT d.raw_text, d.access_labels FROM toolkit.documents AS d"
+                        "SELECT d.raw_text, d.access_labels, d.metadata->'pages' FROM toolkit.documents AS d"
                         " WHERE d.tenant = %s AND d.doc_id = %s"
                         " AND NOT EXISTS (SELECT 1 FROM {} AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)"
                     ).format(target.table),
@@ -166,9 +165,9 @@ def chunk_pending_documents(
                 ).fetchone()
                 if row is None:  # deleted, or written by a concurrent ingest
                     continue
-                text, labels = row
+                text, labels, pages = row
                 rows += [
-                    chunk_row(tenant, doc_id, chunk, list(labels), None)
+                    chunk_row(tenant, doc_id, chunk, list(labels), None, pages)
                     for chunk in target.chunker.chunk(text, doc_id=doc_id)
                 ]
             copy_chunk_rows(conn, target, rows)
@@ -325,7 +324,7 @@ def _embed_all(database_url, conn, target, embedder, budget, batch_size, workers
 def backfill(
     database_url: str,
     model_alias: str,
-    chunker_spec: str = DEFAULT_CHUNKER,
+    chunker_spec: str | None = None,
     *,
     resume: bool = False,
     batch_size: int = 64,
@@ -340,7 +339,8 @@ def backfill(
     embedder=None,
 ) -> BackfillReport:
     """Creates or resumes the version for (model, chunker), chunks and embeds everything pending, then
-    builds the index and marks the version ready. ``stop`` (set by Ctrl-C) ends it after the current batch."""
+    builds the index and marks the version ready. Without ``chunker_spec``, the spec recommended for the model's
+    input limit (``toolkit.chunking.recommended_spec``). ``stop`` (set by Ctrl-C) ends it after the current batch."""
     # Every value is checked before the version is created: a refusal leaves nothing behind.
     validation.BATCH_ROWS.check(batch_size)
     validation.WORKERS.check(workers)
@@ -351,6 +351,7 @@ def backfill(
     stop = stop or threading.Event()
     started = time.perf_counter()
     with connect(database_url) as conn:
+        chunker_spec = chunker_spec or recommended_spec(get_model(conn, model_alias).max_input_tokens)
         version, created = prepare_version(
             conn, model_alias, chunker_spec, resume=resume, storage=storage, dimensions=dimensions
         )

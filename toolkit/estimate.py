@@ -2,7 +2,9 @@
 
 Formulas (docs/estimate.md explains them against the seed documents' worked numbers):
 chunks = ceil(tokens / (chunk - overlap)); embedded tokens = tokens + (chunks - 1) * overlap;
-raw vector bytes = chunks * bytes per vector; context per query = k * chunk tokens.
+raw vector bytes = chunks * bytes per vector; context per query = k * chunk tokens;
+HNSW index bytes = chunks * (vector + graph bytes per element), see ``hnsw_index_bytes``; with a memory size, whether
+that index fits one server or how many tenant-sharded nodes it needs (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,17 @@ from toolkit.errors import InputError
 STORAGE_TYPES = ("float32", "halfvec", "int8", "binary")
 
 _SUFFIXES = {"": 1, "k": 1_000, "m": 1_000_000, "b": 1_000_000_000, "g": 1_000_000_000}
+_SIZE_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)b?\s*$", re.I)
+_SIZE_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+# The share of a server's memory the HNSW index may take and still be searched at index speed: the rest is for
+# shared_buffers' other pages, the heap rows fetched per query, connections and work_mem.
+INDEX_MEMORY_SHARE = 0.75
+# pgvector 0.8's HNSW pages: each element tuple holds the vector (with its 8-byte header), 10 heap TIDs and a
+# little bookkeeping (about 80 bytes); its neighbour tuple holds (level + 2) * m TIDs of 6 bytes, (2 + 1/(m - 1)) * m
+# on average; 1.05 for the space a page cannot fill. Within 9 % of the three builds in DESIGN.md (200k × 384:
+# vector 391 MB, halfvec 223 MB, binary quantization 67 MB).
+_HNSW_ELEMENT_BYTES = 80 + 8
+_HNSW_PAGE_FILL = 1.05
 _COUNT_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMbBgG]?)\s*$")
 
 RAW_VECTORS_NOTE = (
@@ -53,6 +66,48 @@ def parse_overlap(value: str | int, chunk: int) -> int:
             raise InputError(f"The overlap {value!r} is not a percentage: write it like 10% or 40.") from None
         return round(chunk * percent / 100)
     return parse_count(text, "overlap")
+
+
+def parse_size(value: str | int | float, what: str = "memory size") -> int:
+    """Read a size in bytes written as `64GB`, `64G`, `512MB`, `1.5TB` (powers of 1,000) or `64GiB` (of 1,024)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number, power, base = float(value), 0, 1000
+    else:
+        match = _SIZE_PATTERN.match(str(value).replace(",", "").replace("_", ""))
+        if not match:
+            raise InputError(f"The {what} {value!r} is not a size: write it like 64GB, 512MB, 1.5TB or 64GiB.")
+        number, power = float(match.group(1)), _SIZE_POWERS[match.group(2).lower()]
+        base = 1024 if match.group(3) else 1000
+    if number <= 0 or not math.isfinite(number):
+        raise InputError(f"The {what} must be above zero, not {value!r}.")
+    return round(number * base**power)
+
+
+def hnsw_index_bytes(chunks: int, dims: int, storage: str = "float32", m: int = 16) -> int:
+    """Estimated bytes of a pgvector HNSW index over `chunks` vectors: each element stores its vector (as the
+    index's type: float32, halfvec, or bits for binary quantization) and its neighbour lists."""
+    if m < 2:
+        raise InputError(f"HNSW m must be at least 2 (pgvector's default is 16), not {m}.")
+    vector = vector_bytes(1, dims, storage) + 8
+    neighbours = 4 + 6 * (2 + 1 / (m - 1)) * m
+    return round(chunks * (vector + _HNSW_ELEMENT_BYTES + neighbours) * _HNSW_PAGE_FILL)
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    """Whether one configuration's HNSW index fits a server of `memory_bytes`, or how many it needs."""
+
+    memory_bytes: int
+    usable_bytes: int  # INDEX_MEMORY_SHARE of memory
+    index_bytes: int
+    fits: bool
+    nodes: int  # servers of this size the index needs, sharded by tenant (1 when it fits)
+
+
+def memory_fit(index_bytes: int, memory_bytes: int) -> MemoryFit:
+    usable = round(memory_bytes * INDEX_MEMORY_SHARE)
+    nodes = max(1, math.ceil(index_bytes / usable))
+    return MemoryFit(memory_bytes, usable, index_bytes, nodes == 1, nodes)
 
 
 def tokens_from_words(words: float, tokens_per_word: float = 1.3) -> int:
@@ -175,6 +230,8 @@ class EstimateRow:
     input_cost_per_day: float | None
     chunker: str | None = None
     mean_chunk_tokens: float | None = None
+    hnsw_index_bytes: int = 0
+    memory: MemoryFit | None = None
 
 
 @dataclass(frozen=True)
@@ -208,8 +265,11 @@ def _row(
     chunk_tokens: float,
     pricing: Pricing,
     chunker: str | None = None,
+    memory: int | None = None,
+    hnsw_m: int = 16,
 ) -> EstimateRow:
     context = round(min(pricing.k, chunks) * chunk_tokens)
+    index = hnsw_index_bytes(chunks, dims, storage, hnsw_m)
     input_tokens = context + pricing.system_prompt_tokens + pricing.question_tokens
     per_query = input_tokens * pricing.input_price / 1e6
     return EstimateRow(
@@ -227,6 +287,8 @@ def _row(
         input_cost_per_day=None if pricing.queries_per_day is None else per_query * pricing.queries_per_day,
         chunker=chunker,
         mean_chunk_tokens=None if chunker is None else chunk_tokens,
+        hnsw_index_bytes=index,
+        memory=None if memory is None else memory_fit(index, memory),
     )
 
 
@@ -238,8 +300,11 @@ def estimate(
     dims: Sequence[int] = (1536,),
     storage: Sequence[str] = ("float32",),
     pricing: Pricing | None = None,
+    memory: int | None = None,
+    hnsw_m: int = 16,
 ) -> Estimate:
-    """Estimate each (chunk, overlap) configuration for a corpus of `tokens` tokens.
+    """Estimate each (chunk, overlap) configuration for a corpus of `tokens` tokens (with `memory`, in bytes:
+    whether each HNSW index fits a server of that size).
 
     Give `chunks` instead of `tokens` when the chunk count is what you know (the seed's "10M chunks"):
     the embedded tokens are then `chunks * chunk`, every chunk full.
@@ -271,9 +336,11 @@ def estimate(
                         embedded=embedded,
                         chunk_tokens=chunk,
                         pricing=pricing,
+                        memory=memory,
+                        hnsw_m=hnsw_m,
                     )
                 )
-    return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows))
+    return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows), notes=_notes(memory))
 
 
 def estimate_corpus(
@@ -283,6 +350,8 @@ def estimate_corpus(
     dims: Sequence[int] = (1536,),
     storage: Sequence[str] = ("float32",),
     pricing: Pricing | None = None,
+    memory: int | None = None,
+    hnsw_m: int = 16,
 ) -> Estimate:
     """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted."""
     from toolkit.chunking import get_chunker
@@ -302,7 +371,7 @@ def estimate_corpus(
         raise InputError("No readable documents were found under the --corpus path(s); point it at text files.")
     tokens = sum(count_tokens(document.text) for document in documents)
     rows = []
-    notes = [RAW_VECTORS_NOTE, "Context per query is k times the mean tokens of the chunks actually produced."]
+    notes = [*_notes(memory), "Context per query is k times the mean tokens of the chunks actually produced."]
     for spec in chunker_specs:
         chunker = get_chunker(spec)
         produced = [c for document in documents for c in chunker.chunk(document.text, document.doc_id)]
@@ -327,11 +396,23 @@ def estimate_corpus(
                         chunk_tokens=mean,
                         pricing=pricing,
                         chunker=spec,
+                        memory=memory,
+                        hnsw_m=hnsw_m,
                     )
                 )
     if skipped:
         notes.append(f"Skipped {len(skipped)} file(s) that could not be read: " + "; ".join(skipped[:5]))
     return Estimate(tokens=tokens, pricing=pricing, rows=tuple(rows), documents=len(documents), notes=tuple(notes))
+
+
+def _notes(memory: int | None) -> tuple[str, ...]:
+    if memory is None:
+        return (RAW_VECTORS_NOTE,)
+    return (
+        RAW_VECTORS_NOTE,
+        f"An HNSW index is searched at index speed while it stays in memory: it may take {INDEX_MEMORY_SHARE:.0%} of "
+        "a server's memory here; past that, shard by tenant (docs/scaling.md) or store smaller vectors.",
+    )
 
 
 def _spec_size(spec: str) -> tuple[int | None, int]:

@@ -72,6 +72,13 @@ class ConfigResult:
     # Per query, in the query file's order: the rank of the first chunk holding a whole answer, or None.
     # Kept out of to_dict() (JSON output) to keep it short; scripts break recall down by query with it.
     ranks: list[int | None] = field(default_factory=list, repr=False)
+    retrieval: str = "vector"  # how chunks were ranked (toolkit.retrieval: vector, text, hybrid[:options])
+    passages: float = 0.0  # mean passages handed over per query (≤ k)
+
+    @property
+    def name(self) -> str:
+        """The configuration and its retrieval, e.g. ``recursive:128:64 [hybrid]``."""
+        return f"{self.spec} [{self.retrieval}]"
 
     def to_dict(self) -> dict:
         values = asdict(self)
@@ -171,6 +178,8 @@ def evaluate(
     input_price: float = DEFAULT_INPUT_PRICE,
     cache=None,
     progress: bool = False,
+    retrieval=None,
+    conn=None,
 ) -> EvalReport:
     """Evaluate each chunker spec of ``configs`` on the labelled ``queries`` over ``corpus``.
 
@@ -178,8 +187,12 @@ def evaluate(
     loaded queries. ``scorer="embedding"`` needs ``embedder`` (any object with the `Embedder` interface);
     ``scorer="bow"`` is the seed's bag-of-words cosine and takes none. ``cache`` is an `EmbeddingCache`
     (a memory-only one is made if omitted); pass the same one to several calls to share vectors.
+    ``retrieval`` is one or more `toolkit.retrieval` modes (``"vector,hybrid"``; default hybrid with passage
+    assembly, as the toolkit recommends); full text needs ``conn``, a connection to a database with the toolkit
+    schema, whose ``to_tsvector`` and settings make the ranking the one SQL serves.
     """
     from toolkit.embedding_cache import EmbeddingCache
+    from toolkit.retrieval import split_retrievals
 
     if scorer not in SCORERS:
         raise InputError(f"Unknown scorer {scorer!r}; use embedding (a model) or bow (a bag-of-words cosine).")
@@ -192,29 +205,49 @@ def evaluate(
     if not isinstance(input_price, int | float) or input_price < 0 or not math.isfinite(input_price):
         raise InputError(f"The input price is USD per million tokens and must be ≥ 0, not {input_price!r}.")
     specs = split_configs(configs)
-    chunkers = {spec: _chunker(spec, embedder) for spec in specs}  # every spec checked before any work
+    cache = cache if cache is not None else EmbeddingCache()
+    # Every spec checked before any work; semantic and cluster embed their sentences and pieces through the cache.
+    chunk_embedder = None if embedder is None else CachedEmbedder(embedder, cache)
+    chunkers = {spec: _chunker(spec, chunk_embedder) for spec in specs}
+    if scorer == "bow":
+        if retrieval is not None:
+            raise InputError("--scorer bow ranks by shared words alone, so --retrieval has no effect; drop one.")
+        retrievals = [None]
+    else:
+        retrievals = split_retrievals(retrieval)
+        if any(r.lexical for r in retrievals):
+            if conn is None:
+                raise InputError(
+                    "Full-text ranking (retrieval text or hybrid) asks PostgreSQL for the lexemes and BM25 settings; "
+                    "pass a connection (the CLI opens the database), or use --retrieval vector."
+                )
+            from toolkit.retrieval import lexical_settings
+
+            settings = _lexical_settings_or_error(conn, lexical_settings)
+            retrievals = [r.resolved(settings) if r.lexical else r for r in retrievals]
     skipped: list[str] = []
     documents = dict(corpus) if isinstance(corpus, dict) else read_corpus(corpus, skipped)
     labelled = load_queries(queries, documents) if isinstance(queries, str | Path) else list(queries)
     if not labelled:
         raise InputError("There are no labelled queries to evaluate; the query file is empty.")
-    cache = cache if cache is not None else EmbeddingCache()
     embedded_at_start, hits_at_start = cache.embedded_texts, cache.hits
     query_vectors = None
     if scorer == "embedding":
-        query_vectors = _normalized(cache.embed_queries(embedder, [q.query for q in labelled]))
+        # As embedded, not normalized: SQL gets the same vector, and cosine distance normalizes both sides.
+        query_vectors = cache.embed_queries(embedder, [q.query for q in labelled])
     results = []
     for spec in specs:
         started = time.monotonic()
         embedded_before = cache.embedded_texts
-        results.append(
-            _evaluate_config(
-                spec, chunkers[spec], documents, labelled, embedder, scorer, k, input_price, cache, query_vectors,
-                progress,
-            )
+        found = _evaluate_config(
+            spec, chunkers[spec], documents, labelled, embedder, scorer, k, input_price, cache, query_vectors,
+            progress, retrievals, conn,
         )  # fmt: skip
-        results[-1].embedded_texts = cache.embedded_texts - embedded_before
-        results[-1].seconds = round(time.monotonic() - started, 2)
+        for result in found:
+            result.embedded_texts = cache.embedded_texts - embedded_before
+            result.seconds = round(time.monotonic() - started, 2)
+            embedded_before = cache.embedded_texts
+        results.extend(found)
     mark_pareto(results)
     notes = [
         "recall is recall@k: a whole answer inside one retrieved chunk; read recall against retrieved tokens "
@@ -242,6 +275,21 @@ def evaluate(
     )
 
 
+class CachedEmbedder:
+    """An embedder whose document vectors go through an `EmbeddingCache` (for the strategies that embed while
+    chunking); everything else is the model's own."""
+
+    def __init__(self, embedder, cache):
+        self._embedder = embedder
+        self._cache = cache
+
+    def __getattr__(self, name):
+        return getattr(self._embedder, name)
+
+    def embed_documents(self, texts):
+        return self._cache.embed_documents(self._embedder, texts)
+
+
 def _chunker(spec: str, embedder):
     from toolkit.chunking import get_chunker
 
@@ -249,15 +297,23 @@ def _chunker(spec: str, embedder):
     return get_chunker(spec, embedder=embedder)
 
 
-def _normalized(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.where(norms == 0, 1, norms)
+def _lexical_settings_or_error(conn, lexical_settings) -> dict:
+    import psycopg
+
+    try:
+        with conn.transaction():
+            return lexical_settings(conn)
+    except psycopg.errors.UndefinedFunction:
+        raise InputError(
+            "The database has no toolkit.lexical_settings(); its toolkit schema is older than this toolkit. "
+            "Run toolkit migrate, then evaluate again."
+        ) from None
 
 
 def _evaluate_config(
-    spec, chunker, documents, queries, embedder, scorer, k, input_price, cache, query_vectors, progress
-) -> ConfigResult:
+    spec, chunker, documents, queries, embedder, scorer, k, input_price, cache, query_vectors, progress,
+    retrievals, conn,
+) -> list[ConfigResult]:  # fmt: skip
     from toolkit.chunking.small_to_big import SmallToBigChunker
 
     chunks, parents = [], {}
@@ -270,27 +326,78 @@ def _evaluate_config(
     if not chunks:
         raise InputError(f"The configuration {spec!r} produced no chunks from the corpus; is the corpus empty?")
     texts = [c.embed_text for c in chunks]
+    small_to_big = isinstance(chunker, SmallToBigChunker)
     if scorer == "bow":
         scores = bow_scores([q.query for q in queries], texts)
-    else:
-        meter = None
-        if progress and (pending := cache.missing(embedder, texts)):
-            from toolkit.progress import Progress
+        depth = min(len(chunks), k * HITS_PER_CONTEXT if small_to_big else k)
+        # Stable sort of negated scores: ties keep corpus order, as the seed's sorted(..., reverse=True) does.
+        ranked = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+        hits = [[chunks[i] for i in order] for order in ranked]
+        return [
+            score_config(
+                spec, chunker.version, chunks, parents if small_to_big else None, hits, documents, queries, k,
+                input_price,
+            )
+        ]  # fmt: skip
+    meter = None
+    if progress and (pending := cache.missing(embedder, texts)):
+        from toolkit.progress import Progress
 
-            meter = Progress(f"{spec}: embedding", pending, unit="texts")
-        vectors = _normalized(cache.embed_documents(embedder, texts, None if meter is None else meter.advance))
-        if meter is not None:
-            meter.finish()
-        scores = query_vectors @ vectors.T
+        meter = Progress(f"{spec}: embedding", pending, unit="texts")
+    vectors = cache.embed_documents(embedder, texts, None if meter is None else meter.advance)
+    if meter is not None:
+        meter.finish()
+    rankings = rank_chunks(chunks, vectors, query_vectors, [q.query for q in queries], retrievals, k, small_to_big,
+                           conn)  # fmt: skip
+    results = []
+    # Passages fill k slots within k x size tokens (the budget every configuration gets); chars-unit specs and
+    # small-to-big (which hands back parents) keep their own units.
+    budget = k * chunker.spec.size if not small_to_big and chunker.unit == "tokens" else None
+    for retrieval, hits in zip(retrievals, rankings, strict=True):
+        assemble = retrieval.assemble and budget is not None
+        result = score_config(
+            spec, chunker.version, chunks, parents if small_to_big else None, hits, documents, queries, k,
+            input_price, budget=budget if assemble else None,
+        )  # fmt: skip
+        result.retrieval = retrieval.label
+        results.append(result)
+    return results
 
-    small_to_big = isinstance(chunker, SmallToBigChunker)
-    depth = min(len(chunks), k * HITS_PER_CONTEXT if small_to_big else k)
-    # Stable sort of negated scores: ties keep corpus order, as the seed's sorted(..., reverse=True) does.
-    ranked = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-    hits = [[chunks[i] for i in order] for order in ranked]
-    return score_config(
-        spec, chunker.version, chunks, parents if small_to_big else None, hits, documents, queries, k, input_price
-    )
+
+def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_to_big, conn) -> list[list[list]]:
+    """For each retrieval, per question the chunks found, best first, as the SQL search functions rank them:
+    exact cosine distance then chunk id (``search_chunks``), BM25 over PostgreSQL's lexemes, fused by RRF
+    (``hybrid_search_chunks``); deep enough for small-to-big contexts (``search_context``: 4 x k hits) and for
+    passage assembly (the same depth)."""
+    from toolkit import retrieval as lexical
+
+    ids = [c.chunk_id for c in chunks]
+    depth = min(len(chunks), k * HITS_PER_CONTEXT)
+    distances = lexical.cosine_distances(query_vectors, vectors)
+    vector_orders = [lexical.order_by(row, ids, descending=False) for row in distances]
+    results = []
+    lexemes_by_config: dict[str, tuple] = {}
+    for retrieval in retrievals:
+        if not retrieval.lexical:
+            results.append([[chunks[i] for i in order[:depth]] for order in vector_orders])
+            continue
+        config = retrieval.text_search_config
+        if config not in lexemes_by_config:
+            with conn.transaction():
+                lexemes_by_config[config] = (
+                    lexical.chunk_lexemes(conn, chunks, config),
+                    lexical.query_lexemes(conn, questions, config),
+                )
+        chunk_terms, question_terms = lexemes_by_config[config]
+        bm25 = lexical.BM25(chunk_terms, [c.token_count for c in chunks], retrieval.k1, retrieval.b)
+        pool = max(retrieval.candidates, depth)
+        found = []
+        for order, terms in zip(vector_orders, question_terms, strict=True):
+            text = lexical.text_ranking(bm25, terms, ids, pool)
+            vector = order[:pool] if retrieval.mode == "hybrid" else []
+            found.append([chunks[i] for i in lexical.fuse(vector, text, ids, depth, retrieval.rrf_k)])
+        results.append(found)
+    return results
 
 
 def score_config(
@@ -303,9 +410,12 @@ def score_config(
     queries: Sequence[LabelledQuery],
     k: int,
     input_price: float,
+    *,
+    budget: int | None = None,
 ) -> ConfigResult:
     """Score one configuration from its searched ``chunks``, its small-to-big ``parents`` (chunk id → parent,
-    or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts)."""
+    or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts). With a
+    token ``budget`` the hits are assembled into at most k passages within it (`toolkit.retrieval.assemble`)."""
     from toolkit.chunking.files import sentences_cut
 
     small_to_big = parents is not None
@@ -313,9 +423,15 @@ def score_config(
     spans_by_doc: dict[str, list[Span]] = defaultdict(list)
     for unit in units:
         spans_by_doc[unit.doc_id].append(Span(unit.doc_id, unit.start, unit.end))
-    scored, tokens = [], []
+    scored, tokens, counts = [], [], []
     for q, found in zip(queries, hits, strict=True):
-        retrieved = _contexts(found, parents, documents, k) if small_to_big else [_unit(c) for c in found[:k]]
+        if small_to_big:
+            retrieved = _contexts(found, parents, documents, k)
+        elif budget is not None:
+            retrieved = _passages(found, documents, k, budget)
+        else:
+            retrieved = [_unit(c) for c in found[:k]]
+        counts.append(len(retrieved))
         gold_docs = {span.doc_id for span in q.answers}
         candidates = [span for doc in gold_docs for span in spans_by_doc.get(doc, [])]
         scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved], q.answers, k, candidates))
@@ -358,6 +474,7 @@ def score_config(
         recall_at=[h / len(queries) for h in hits_at],
         hits_at=hits_at,
         ranks=first_hits,
+        passages=sum(counts) / len(counts),
     )
 
 
@@ -386,24 +503,28 @@ def evaluate_version(
     input_price: float = DEFAULT_INPUT_PRICE,
     cache=None,
 ) -> EvalReport:
-    """Evaluate a version already in the database: its stored chunks, searched through SQL as the reader role
-    (its HNSW index, as applications see it), questions embedded with the version's model. The documents and
-    answers are the tenant's stored raw texts."""
+    """Evaluate a version already in the database: its stored chunks, searched through the pinned SQL search
+    function applications use (``toolkit.search_chunks`` as the reader role, its HNSW index), questions embedded with
+    the version's model. The documents and answers are the tenant's stored raw texts."""
     from psycopg import sql
 
     from toolkit.embedding_cache import EmbeddingCache
     from toolkit.models import embedder_for_model, get_model
-    from toolkit.verify import can_be_reader, pick_tenant, search_rows, tenant_documents, version_info
+    from toolkit.search import MAX_K, search
+    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
 
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 250:
-        raise InputError(f"k (chunks retrieved per query) must be a whole number from 1 to 250, not {k!r}.")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K // HITS_PER_CONTEXT:
+        raise InputError(
+            f"k (chunks retrieved per query) must be a whole number from 1 to {MAX_K // HITS_PER_CONTEXT}, not {k!r}."
+        )
     tenant = pick_tenant(conn, tenant)
     alias, chunker_version, _, dims = version_info(conn, version)
     documents = tenant_documents(conn, tenant)
     labelled = load_queries(queries, documents)
     embedder = embedder_for_model(get_model(conn, alias), dims)
     table = sql.Identifier("toolkit", f"chunks_v{int(version)}")
-    with conn.transaction():
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))  # row-level security: the tenant's own rows
         rows = conn.execute(
             sql.SQL(
                 "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
@@ -427,11 +548,10 @@ def evaluate_version(
     vectors = cache.embed_queries(embedder, [q.query for q in labelled])
     depth = k * HITS_PER_CONTEXT if parents else k
     as_reader = can_be_reader(conn)
-    distance = get_model(conn, alias).distance
     hits = []
     for vector in vectors:
-        found = search_rows(conn, table, sql.SQL("chunk_id"), vector, tenant, depth, as_reader, distance)
-        hits.append([by_id[row[0]] for row in found])
+        found = search(conn, vector, tenant, depth, version=version, log=False)
+        hits.append([by_id[hit.chunk_ids[0]] for hit in found])
     result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
     mark_pareto([result])
     return EvalReport(
@@ -460,6 +580,20 @@ def _unit(chunk) -> Unit:
 def _first_hit(scores, query: LabelledQuery, k: int) -> int | None:
     # The reciprocal rank already holds the rank of the first whole answer (0 when none in the top k).
     return round(1 / scores.reciprocal_rank) if scores.reciprocal_rank else None
+
+
+def _passages(hits: list, documents: dict[str, str], k: int, budget: int) -> list[Unit]:
+    """Hits assembled into passages (`toolkit.retrieval.assemble`); a merged passage's tokens are counted on its
+    text under its first chunk's heading path, as a context is."""
+    from toolkit.chunking import compose_embed_text
+    from toolkit.retrieval import assemble
+    from toolkit.tokens import count_tokens
+
+    def tokens(doc_id, start, end, members):
+        first = min(members, key=lambda c: c.start)
+        return count_tokens(compose_embed_text(first.heading_path, "", documents[doc_id][start:end]))
+
+    return [Unit(p.doc_id, p.start, p.end, p.tokens) for p in assemble(hits, k, budget, documents, tokens)]
 
 
 def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> list[Unit]:

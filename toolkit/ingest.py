@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.database import translate_errors
@@ -43,6 +44,7 @@ CHUNK_COLUMNS = (
     "content_hash",
     "token_count",
     "access_labels",
+    "pages",
     "embedding",
 )
 _COPY_TYPES = [
@@ -60,6 +62,7 @@ _COPY_TYPES = [
     "text",
     "int4",
     "text[]",
+    "int4[]",
 ]
 
 
@@ -192,8 +195,11 @@ def _stored_vector(value) -> np.ndarray:
     )
 
 
-def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector) -> tuple:
-    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed)."""
+def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=None) -> tuple:
+    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed; ``pages`` is
+    where each page starts in the document's text, for a PDF)."""
+    from toolkit.pdf import pages_of_span
+
     return (
         tenant,
         chunk.chunk_id,
@@ -209,6 +215,7 @@ def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector) -> tup
         chunk.content_hash,
         chunk.token_count,
         labels,
+        pages_of_span(pages, chunk.start, chunk.end),
         vector,
     )
 
@@ -221,6 +228,7 @@ def chunk_rows(
     labels: list[str],
     known: dict[str, np.ndarray],
     report: IngestReport,
+    pages=None,
 ) -> list[tuple]:
     """Chunks one document for one version and embeds what is not already known (by content hash)."""
     chunks = target.chunker.chunk(text, doc_id=doc_id)
@@ -234,7 +242,7 @@ def chunk_rows(
         report.embedded += len(missing)
     report.reused += sum(1 for c in chunks if not c.is_parent) - len(missing)
     return [
-        chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash])
+        chunk_row(tenant, doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], pages)
         for chunk in chunks
     ]
 
@@ -282,7 +290,7 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
             "CREATE TEMP TABLE IF NOT EXISTS toolkit_chunk_rows (tenant text, chunk_id text, doc_id text,"
             " parent_id text, is_parent boolean, position integer, start_offset integer, end_offset integer,"
             " heading_path text[], context text, text text, content_hash text, token_count integer,"
-            " access_labels text[], embedding {}) ON COMMIT DELETE ROWS"
+            " access_labels text[], pages integer[], embedding {}) ON COMMIT DELETE ROWS"
         ).format(vector_type)
     )
     with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(staging, columns)) as copy:
@@ -564,7 +572,7 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
         known = known_by_version[target.version]
         rows = []
         for _, doc, _ in work:
-            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, counts)
+            rows += chunk_rows(target, tenant, doc.doc_id, doc.text, labels, known, counts, doc.pages)
         rows_by_version[target.version] = rows
     return _Prepared(rows_by_version, counts.embedded, counts.reused, time.perf_counter() - began)
 
@@ -580,13 +588,25 @@ def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: I
         conn.cursor().executemany(
             "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
             " access_labels, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, jsonb_build_object('root', %s::text))"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+            " jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
             " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
             " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
-            " access_labels = EXCLUDED.access_labels, metadata = d.metadata || EXCLUDED.metadata,"
+            " access_labels = EXCLUDED.access_labels, metadata = (d.metadata - 'pages') || EXCLUDED.metadata,"
             " updated_at = now()",
             [
-                (tenant, doc.doc_id, str(doc.source), doc.title or "", doc.format, doc.text, digest, labels, root)
+                (
+                    tenant,
+                    doc.doc_id,
+                    str(doc.source),
+                    doc.title or "",
+                    doc.format,
+                    doc.text,
+                    digest,
+                    labels,
+                    root,
+                    None if doc.pages is None else Jsonb(list(doc.pages)),
+                )
                 for root, doc, digest in work
             ],
         )

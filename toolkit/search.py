@@ -49,6 +49,7 @@ class SearchHit:
     distance: float | None = None
     vector_rank: int | None = None
     text_rank: int | None = None
+    pages: list[int] | None = None  # the source's pages (PDFs), for citations; None when it has none
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -318,6 +319,7 @@ def _hit(row: dict) -> SearchHit:
         distance=row.get("distance"),
         vector_rank=row.get("vector_rank"),
         text_rank=row.get("text_rank"),
+        pages=list(row["pages"]) if row.get("pages") else None,
     )
 
 

@@ -1,6 +1,7 @@
 """Reading files and directories into documents to chunk, one result per file: a ``SourceDocument`` or a
-``SourceError`` saying in a sentence why the file was skipped (binary, not UTF-8, empty, too long a line).
-Nothing here raises for one bad file; the caller decides what a skipped file means.
+``SourceError`` saying in a sentence why the file was skipped (binary, not UTF-8, empty, too long a line; for a
+PDF: encrypted, image-only, damaged, or the ``pdf`` extra missing). Nothing here raises for one bad file; the
+caller decides what a skipped file means. PDFs are read and cleaned by ``toolkit.pdf``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ FORMATS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
     ".txt": "text", ".text": "text", ".rst": "text",
     ".html": "html", ".htm": "html",
+    ".pdf": "pdf",
     ".py": "code", ".js": "code", ".ts": "code", ".go": "code", ".rs": "code", ".java": "code",
     ".c": "code", ".h": "code", ".cpp": "code", ".rb": "code", ".php": "code", ".sh": "code",
 }  # fmt: skip
@@ -26,13 +28,15 @@ MAX_LINE_CHARS = 1_000_000
 
 @dataclass(frozen=True)
 class SourceDocument:
-    """A readable file: ``text`` is what is stored and chunked (chunk offsets refer to it)."""
+    """A readable file: ``text`` is what is stored and chunked (chunk offsets refer to it). ``pages``, for a PDF,
+    is where each page starts in ``text`` (``toolkit.pdf.pages_of_span`` maps a chunk's span to its pages)."""
 
     doc_id: str
     source: str
     title: str
     text: str
     format: str
+    pages: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -48,18 +52,23 @@ class SourceError:
 
 
 def read_documents(
-    paths: Iterable[str | os.PathLike], *, clean_pdf_text: bool = False, max_line_chars: int = MAX_LINE_CHARS
+    paths: Iterable[str | os.PathLike],
+    *,
+    clean_pdf_text: bool = False,
+    max_line_chars: int = MAX_LINE_CHARS,
+    clean_pdf: bool = True,
 ) -> Iterator[SourceDocument | SourceError]:
     """Each file under ``paths`` (directories walked in name order, hidden entries skipped, only the
     extensions in ``FORMATS``; a file named directly is read whatever its extension). ``doc_id`` is the
-    path relative to the directory argument, or the path as given for a file argument."""
+    path relative to the directory argument, or the path as given for a file argument. ``clean_pdf_text``
+    cleans PDF-extracted ``.txt`` files; ``clean_pdf`` (on by default) cleans PDFs as they are read."""
     for argument in paths:
         root = Path(argument)
         if root.is_dir():
             for file in _walk(root):
-                yield read_document(file, file.relative_to(root).as_posix(), clean_pdf_text, max_line_chars)
+                yield read_document(file, file.relative_to(root).as_posix(), clean_pdf_text, max_line_chars, clean_pdf)
         elif root.exists():
-            yield read_document(root, root.as_posix(), clean_pdf_text, max_line_chars)
+            yield read_document(root, root.as_posix(), clean_pdf_text, max_line_chars, clean_pdf)
         else:
             yield SourceError(str(argument), str(argument), "does not exist; check the path (directories are walked).")
 
@@ -78,7 +87,11 @@ def _walk(root: Path) -> list[Path]:
 
 
 def read_document(
-    path: Path, doc_id: str, clean_pdf_text: bool = False, max_line_chars: int = MAX_LINE_CHARS
+    path: Path,
+    doc_id: str,
+    clean_pdf_text: bool = False,
+    max_line_chars: int = MAX_LINE_CHARS,
+    clean_pdf: bool = True,
 ) -> SourceDocument | SourceError:
     """One file as a document, or the reason it cannot be one."""
     source = str(path)
@@ -91,6 +104,8 @@ def read_document(
     if bad_name:
         return error(f"has a path that {bad_name}; rename it in UTF-8 (e.g. convmv -f latin1 -t utf8 --notest).")
 
+    if path.suffix.lower() == ".pdf":
+        return _read_pdf(path, doc_id, clean_pdf)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -122,6 +137,22 @@ def read_document(
 
         text = clean(text)
     return SourceDocument(doc_id, source, _title(text, file_format, path), text, file_format)
+
+
+def _read_pdf(path: Path, doc_id: str, clean: bool) -> SourceDocument | SourceError:
+    from toolkit.pdf import INSTALL_HINT, PdfError, read_pdf  # pdfminer itself is imported when a PDF is read
+
+    try:
+        pdf = read_pdf(path, clean=clean)
+    except ImportError:
+        return SourceError(
+            doc_id,
+            str(path),
+            f"is a PDF, and reading PDFs needs the pdf extra, which is not installed; install it with {INSTALL_HINT}.",
+        )
+    except PdfError as exc:
+        return SourceError(doc_id, str(path), str(exc))
+    return SourceDocument(doc_id, str(path), pdf.title or path.stem, pdf.text, "pdf", pdf.pages)
 
 
 _ATX_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)

@@ -112,6 +112,8 @@ LOOKBACK_DAYS = NumberRule("how far back to look (days)", 0, 36_500, whole=False
 LOG_RETENTION_DAYS = NumberRule("the query-log retention (days)", 0, 36_500, whole=False)
 CANARY_PERCENT = NumberRule("the canary share (percent of request keys)", 0, 100, whole=False)
 SAMPLE_RATE = NumberRule("the sample rate (share of questions)", 0, 1, whole=False, hint="0 turns the log off")
+HNSW_M = NumberRule("HNSW m", 2, 100, hint="pgvector's range")
+MEMORY_BYTES = NumberRule("the memory size (bytes)", 1, 1e18, hint="that is more than any server holds")
 CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
 # No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
 MAX_ARGUMENT_CHARS = 10_000

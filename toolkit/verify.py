@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
@@ -112,33 +111,6 @@ def version_info(conn: psycopg.Connection, version: int) -> tuple[str, str, str,
 def can_be_reader(conn: psycopg.Connection) -> bool:
     with conn.transaction():
         return conn.execute("SELECT pg_has_role(current_user, 'toolkit_reader', 'MEMBER')").fetchone()[0]
-
-
-DISTANCE_OPERATORS = {"cosine": "<=>", "l2": "<->", "inner_product": "<#>"}
-
-
-def search_rows(
-    conn,
-    relation: sql.Composable,
-    columns: sql.Composable,
-    vector,
-    tenant: str,
-    k: int,
-    as_reader: bool,
-    distance: str = "cosine",
-) -> list[tuple]:
-    """Top-k rows (``columns``) of one chunk table for one query vector, as the reader with the tenant set and
-    iterative scans on, ordered by the version's own distance operator so its HNSW index serves the query. No
-    prepared statement: a cached plan would hide a change of plan."""
-    query = sql.SQL("SELECT {} FROM {} WHERE tenant = %s AND NOT is_parent ORDER BY embedding {} %s LIMIT %s").format(
-        columns, relation, sql.SQL(DISTANCE_OPERATORS[distance])
-    )
-    with conn.transaction(force_rollback=True):  # read only: the role and settings end with it (see search.py)
-        if as_reader:
-            conn.execute("SET LOCAL ROLE toolkit_reader")
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-        return conn.execute(query, (tenant, vector, k), prepare=False).fetchall()
 
 
 def query_set_hash(path: str | Path) -> str:

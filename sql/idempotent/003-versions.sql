@@ -199,6 +199,7 @@ BEGIN
         '  updated_at timestamptz NOT NULL DEFAULT now(),'
         '  embedding %s.%s(%s),'
         '  fts tsvector GENERATED ALWAYS AS (to_tsvector(%L::regconfig, context || '' '' || text)) STORED,'
+        '  pages integer[],'
         '  PRIMARY KEY (tenant, chunk_id),'
         '  CHECK (start_offset >= 0 AND end_offset >= start_offset)'
         ')', tbl, toolkit._vector_schema(), storage, dims, text_search_config::text);

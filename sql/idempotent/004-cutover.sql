@@ -75,14 +75,14 @@ BEGIN
     IF target IS NULL THEN
         body := 'SELECT NULL::integer AS version, NULL::text AS model_alias, NULL::text AS chunker_version, '
             || toolkit._chunk_view_nulls() || ', NULL::' || toolkit._vector_schema() || '.vector AS embedding,'
-            ' NULL::tsvector AS fts WHERE false';
+            ' NULL::tsvector AS fts, NULL::integer[] AS pages WHERE false';
     ELSE
         SELECT * INTO v FROM toolkit.versions AS x WHERE x.version = target;
         storage := v.storage;
         description := format('Active version %s: model %s, chunker %s.', v.version, v.model_alias, v.chunker_version);
         body := format(
             'SELECT %s::integer AS version, %L::text AS model_alias, %L::text AS chunker_version, %s,'
-            ' c.embedding::%s.%s AS embedding, c.fts FROM toolkit.%I AS c',
+            ' c.embedding::%s.%s AS embedding, c.fts, c.pages FROM toolkit.%I AS c',
             v.version, v.model_alias, v.chunker_version, toolkit._chunk_view_columns(), toolkit._vector_schema(),
             v.storage, toolkit._version_table(v.version));
     END IF;
@@ -126,7 +126,7 @@ DECLARE
 BEGIN
     SELECT string_agg(format(
             'SELECT %s::integer AS version, %L::text AS model_alias, %L::text AS chunker_version, %s, %s AS embedding,'
-            ' %s AS embedding_halfvec, c.fts FROM toolkit.%I AS c',
+            ' %s AS embedding_halfvec, c.fts, c.pages FROM toolkit.%I AS c',
             v.version, v.model_alias, v.chunker_version, toolkit._chunk_view_columns(),
             CASE v.storage WHEN 'vector' THEN format('c.embedding::%s.vector', vs) ELSE format('NULL::%s.vector', vs) END,
             CASE v.storage WHEN 'halfvec' THEN format('c.embedding::%s.halfvec', vs)
@@ -139,7 +139,8 @@ BEGIN
     IF body IS NULL THEN
         body := 'SELECT NULL::integer AS version, NULL::text AS model_alias, NULL::text AS chunker_version, '
             || toolkit._chunk_view_nulls() || format(', NULL::%1$s.vector AS embedding,'
-                ' NULL::%1$s.halfvec AS embedding_halfvec, NULL::tsvector AS fts WHERE false', vs);
+                ' NULL::%1$s.halfvec AS embedding_halfvec, NULL::tsvector AS fts, NULL::integer[] AS pages'
+                ' WHERE false', vs);
     END IF;
     PERFORM toolkit._define_chunk_view('live_chunks', body,
         'Every servable version (' || coalesce(listed, 'none yet') || '); filter on version.');

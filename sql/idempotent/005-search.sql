@@ -13,11 +13,24 @@ SELECT
 -- not loaded yet (a placeholder) in a function's SET clause, as the search functions do.
 SELECT vector_dims('[1]'::vector) AS library_loaded;
 
--- Signatures of earlier releases (the version argument was added): drop them so each name stays unique.
+-- Signatures of earlier releases (without the version argument, or without pages in the result): dropped, since
+-- CREATE OR REPLACE cannot change them and each name must stay unique.
 DROP FUNCTION IF EXISTS toolkit._search_target(vector, text);
-DROP FUNCTION IF EXISTS toolkit.search_chunks(vector, integer, jsonb, text);
-DROP FUNCTION IF EXISTS toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer);
-DROP FUNCTION IF EXISTS toolkit.search_context(vector, integer, text, text, jsonb, text);
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
+        WHERE p.pronamespace = 'toolkit'::regnamespace
+            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context')
+            AND (pg_get_function_identity_arguments(p.oid) NOT LIKE '%query_version integer%'
+                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%')
+    LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$$;
 
 -- Returns the version a search reads and how to rank it. A search is pinned to the version (or the model alias) its
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
@@ -290,7 +303,8 @@ RETURNS TABLE (
     heading_path text[],
     text text,
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -309,14 +323,17 @@ BEGIN
     PERFORM toolkit._check_k(k);
     SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
     f := toolkit._search_filters(filters);
-    -- relaxed_order may return rows slightly out of order: the outer query sorts them again.
+    -- relaxed_order may return rows slightly out of order: the outer query sorts them again. Ties in distance
+    -- are broken by chunk id inside the LIMIT too (an incremental sort above the index scan), so which of
+    -- several equally distant rows make the k is decided, not left to the scan.
     BEGIN
         RETURN QUERY EXECUTE format(
             'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
-            ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.*, $4, $11'
+            ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id, h.doc_id,'
+            ' h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11, h.pages'
             ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-            '  c.end_offset, c.heading_path, c.text FROM toolkit.%4$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s LIMIT $2) AS h'
+            '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%4$I AS c'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s, c.chunk_id LIMIT $2) AS h'
             ' ORDER BY h.distance, h.chunk_id',
             target.distance_sql, target.distance, f.clause, target.chunk_table)
         USING query_embedding, k, tenant, target.version,
@@ -329,15 +346,16 @@ END
 $$;
 
 -- Hybrid top-k: full-text and vector candidates fused by reciprocal rank fusion (1 / (rrf_k + rank)), pinned like
--- search_chunks. Full text ranks chunks holding every query term first, then those holding some of them.
+-- search_chunks. Full text ranks by BM25 (toolkit.lexical_settings: k1, b) over the chunks holding any of the
+-- question's lexemes; toolkit.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
 CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_text text,
     query_embedding vector,
     k integer DEFAULT 10,
     filters jsonb DEFAULT '{}',
     query_model text DEFAULT NULL,
-    candidates integer DEFAULT 50,
-    rrf_k integer DEFAULT 60,
+    candidates integer DEFAULT NULL,
+    rrf_k integer DEFAULT NULL,
     query_version integer DEFAULT NULL
 )
 RETURNS TABLE (
@@ -355,7 +373,8 @@ RETURNS TABLE (
     heading_path text[],
     text text,
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -367,33 +386,27 @@ DECLARE
     tenant text := toolkit._search_tenant();
     target record;
     f record;
-    all_terms tsquery;
-    any_term tsquery;
+    settings record;
+    lexemes text[];
     vector_sql text;
     pool integer;
+    fusion integer;
 BEGIN
     PERFORM toolkit._check_k(k);
-    IF rrf_k IS NULL OR rrf_k < 0 THEN
-        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', coalesce(rrf_k::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
+    SELECT * INTO settings FROM toolkit.lexical_settings();
+    fusion := coalesce(rrf_k, settings.rrf_k);
+    IF fusion < 0 THEN
+        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', fusion USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF query_embedding IS NULL AND coalesce(query_text, '') = '' THEN
         RAISE EXCEPTION 'a hybrid search needs a query text, a query embedding or both'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    pool := greatest(coalesce(candidates, 50), k);
+    pool := greatest(coalesce(candidates, settings.candidates), k);
     SELECT * INTO target
     FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model, query_version);
     f := toolkit._search_filters(filters);
-
-    all_terms := websearch_to_tsquery(target.text_search_config, coalesce(query_text, ''));
-    -- Questions rarely share every word with their answer: also take chunks holding any term (unless a
-    -- term is negated: OR would invert it).
-    IF strpos(all_terms::text, '!') = 0 THEN
-        any_term := replace(all_terms::text, ' & ', ' | ')::tsquery;
-    ELSE
-        any_term := all_terms;
-    END IF;
+    lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
     IF query_embedding IS NULL THEN
         vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
@@ -402,32 +415,41 @@ BEGIN
             'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
             ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
             '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
-            '  ORDER BY %1$s LIMIT $14) AS h',
+            '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
             target.distance_sql, f.clause, target.chunk_table);
     END IF;
 
+    -- BM25: N and the mean length (token_count) over the searched chunks; df and tf from the chunks holding a
+    -- lexeme (found through the GIN index). Sums run over the lexemes in byte order, as Python sums them.
     BEGIN
         RETURN QUERY EXECUTE format(
             'WITH vector_hits AS MATERIALIZED (%1$s),'
-            ' text_hits AS MATERIALIZED (SELECT t.chunk_id,'
-            '  row_number() OVER (ORDER BY t.has_all DESC, t.weight DESC, t.chunk_id) AS r'
-            '  FROM (SELECT c.chunk_id, c.fts @@ $11 AS has_all, ts_rank_cd(c.fts, $12, 1) AS weight'
-            '   FROM toolkit.%3$I AS c'
-            '   WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12%2$s'
-            '   ORDER BY 2 DESC, 3 DESC, 1 LIMIT $14) AS t),'
+            ' text_stats AS MATERIALIZED (SELECT count(*)::float8 AS n,'
+            '  coalesce(sum(c.token_count), 0)::float8 AS total'
+            '  FROM toolkit.%3$I AS c WHERE c.tenant = $3 AND NOT c.is_parent%2$s),'
+            ' text_matches AS MATERIALIZED (SELECT c.chunk_id, c.token_count, l.lexeme, cardinality(l.positions) AS tf'
+            '  FROM toolkit.%3$I AS c CROSS JOIN LATERAL unnest(c.fts) AS l'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12 AND l.lexeme = ANY ($11)%2$s),'
+            ' text_terms AS (SELECT m.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf'
+            '  FROM text_matches AS m CROSS JOIN text_stats AS s GROUP BY m.lexeme, s.n),'
+            ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
+            '  FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * ($16 + 1)) / (m.tf + $16 * (1 - $17 + $17 * m.token_count'
+            '    / (s.total / s.n))) ORDER BY m.lexeme COLLATE "C") AS weight'
+            '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme CROSS JOIN text_stats AS s'
+            '   GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT $14) AS t),'
             ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
             '   v.distance, coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
             '  FROM vector_hits AS v FULL JOIN text_hits AS t ON v.chunk_id = t.chunk_id'
             '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $2)'
             ' SELECT (row_number() OVER (ORDER BY x.score DESC, least(x.vector_rank, x.text_rank), x.chunk_id))::integer,'
             '  x.score, x.vector_rank::integer, x.text_rank::integer, x.distance, c.chunk_id, c.doc_id, c.parent_id,'
-            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15'
+            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' ORDER BY 1',
             vector_sql, f.clause, target.chunk_table)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-            all_terms, any_term, rrf_k::float8, pool, target.model_alias;
+            lexemes, toolkit._any_lexeme(lexemes), fusion::float8, pool, target.model_alias, settings.k1, settings.b;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;
@@ -458,7 +480,8 @@ RETURNS TABLE (
     kind text,
     chunk_ids text[],
     version integer,
-    model_alias text
+    model_alias text,
+    pages integer[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -488,7 +511,7 @@ BEGIN
 
     -- Hits sharing a parent or a window collapse into one context: fetch more hits than contexts.
     hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
-        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias FROM toolkit.'
+        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias, h.pages FROM toolkit.'
         || CASE WHEN query_text IS NULL THEN 'search_chunks($1, $8, $5, NULL, $6)'
             ELSE 'hybrid_search_chunks($4, $1, $8, $5, NULL, query_version => $6)' END || ' AS h';
 
@@ -498,14 +521,15 @@ BEGIN
             'SELECT h.rank AS hit_rank, h.doc_id, coalesce(p.chunk_id, h.chunk_id) AS piece_id,'
             ' coalesce(p.start_offset, h.start_offset) AS s, coalesce(p.end_offset, h.end_offset) AS e,'
             ' coalesce(p.text, h.text) AS body,'
-            ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind'
+            ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind,'
+            ' CASE WHEN p.chunk_id IS NULL THEN h.pages ELSE p.pages END AS pages'
             ' FROM hits AS h LEFT JOIN toolkit.%I AS p'
             '  ON p.tenant = $3 AND p.chunk_id = h.parent_id AND p.doc_id = h.doc_id AND p.is_parent',
             target.chunk_table);
     ELSE
         pieces_sql := format(
             'SELECT h.rank AS hit_rank, h.doc_id, w.chunk_id AS piece_id, w.start_offset AS s,'
-            ' w.end_offset AS e, w.text AS body, ''window'' AS kind'
+            ' w.end_offset AS e, w.text AS body, ''window'' AS kind, w.pages'
             ' FROM hits AS h INNER JOIN toolkit.%I AS w'
             '  ON w.tenant = $3 AND w.doc_id = h.doc_id AND NOT w.is_parent'
             '  AND w.position BETWEEN h.position - $7 AND h.position + $7',
@@ -530,7 +554,8 @@ BEGIN
             '   array_agg(h.chunk_id ORDER BY g.hit_rank) AS chunk_ids'
             '  FROM grouped AS g INNER JOIN hits AS h ON h.rank = g.hit_rank GROUP BY 1, 2),'
             ' bodies AS ('
-            '  SELECT DISTINCT ON (g.doc_id, g.grp, p.piece_id) g.doc_id, g.grp, p.piece_id, p.s, p.e, p.body, p.kind'
+            '  SELECT DISTINCT ON (g.doc_id, g.grp, p.piece_id) g.doc_id, g.grp, p.piece_id, p.s, p.e, p.body, p.kind,'
+            '   p.pages'
             '  FROM pieces AS p INNER JOIN grouped AS g ON g.hit_rank = p.hit_rank'
             '  ORDER BY g.doc_id, g.grp, p.piece_id),'
             ' ordered AS ('
@@ -544,7 +569,9 @@ BEGIN
             '    ELSE ''chunk'' END AS kind'
             '  FROM ordered AS o GROUP BY 1, 2)'
             ' SELECT (row_number() OVER (ORDER BY x.best))::integer, h.score, x.doc_id, x.s, x.e, h.heading_path,'
-            '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias'
+            '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias,'
+            '  (SELECT array_agg(DISTINCT n ORDER BY n) FROM bodies AS b2 CROSS JOIN LATERAL unnest(b2.pages) AS n'
+            '   WHERE b2.doc_id = x.doc_id AND b2.grp = x.grp)'
             ' FROM contexts AS x INNER JOIN stitched AS st ON st.doc_id = x.doc_id AND st.grp = x.grp'
             ' INNER JOIN hits AS h ON h.rank = x.best'
             ' ORDER BY x.best LIMIT $2',

@@ -7,9 +7,20 @@ docs/chunking.md for the strategies, the spec syntax and the rules each strategy
 from __future__ import annotations
 
 from toolkit.chunking.base import Chunk, Chunker, compose_embed_text
+from toolkit.chunking.recommended import RECOMMENDED_RETRIEVAL, recommended_spec
 from toolkit.chunking.spec import STRATEGIES, Spec, parse_spec
 
-__all__ = ["STRATEGIES", "Chunk", "Chunker", "Spec", "compose_embed_text", "get_chunker", "parse_spec"]
+__all__ = [
+    "RECOMMENDED_RETRIEVAL",
+    "STRATEGIES",
+    "Chunk",
+    "Chunker",
+    "Spec",
+    "compose_embed_text",
+    "get_chunker",
+    "parse_spec",
+    "recommended_spec",
+]
 
 
 def _strategy_class(name: str):
@@ -26,6 +37,8 @@ def _strategy_class(name: str):
         from toolkit.chunking.html import HtmlChunker as cls
     elif name == "code":
         from toolkit.chunking.code import CodeChunker as cls
+    elif name == "cluster":
+        from toolkit.chunking.cluster import ClusterChunker as cls
     else:
         from toolkit.chunking.semantic import SemanticChunker as cls
     return cls
@@ -34,7 +47,7 @@ def _strategy_class(name: str):
 def get_chunker(spec: str, *, embedder=None, tokenizer=None):
     """A chunker for ``spec`` (``strategy:size:overlap[:key=value...]``, e.g. ``markdown:400:40``).
 
-    ``embedder`` is needed by ``semantic`` (and sets the input-token limit when it has
+    ``embedder`` is needed by ``semantic`` and ``cluster`` (and sets the input-token limit when it has
     ``max_input_tokens``); ``tokenizer`` replaces cl100k_base for counting.
     """
     parsed = parse_spec(spec)

@@ -77,6 +77,10 @@ class Document:
         self._counter = None
         self._prefix_cache: dict[tuple, int] = {}
         self._exact: dict[tuple[int, int], int] = {}
+        # Tokens every span will carry beside its own heading path and context (the document's title with
+        # context=title): strategies plan with them counted, then the title is attached and this drops to 0.
+        self.reserved = 0
+        self.title = ""
 
     @property
     def counter(self):
@@ -116,7 +120,7 @@ class Document:
             n = self._prefix_cache[key] = (
                 self.tokenizer.count(compose_embed_text(heading_path, context, "")) if any(key) else 0
             )
-        return n
+        return n + self.reserved
 
     def sure_fit_ends(self, parts, budget: int, heading_path=(), context: str = ""):
         """For packing ``parts`` (consecutive (start, end) pairs): a sorted key per part end and a function of a
@@ -179,6 +183,7 @@ class Chunker:
         self.embedder = embedder
         self.max_tokens = spec.options.get("max_tokens") or getattr(embedder, "max_input_tokens", None)
         self.on_overflow = spec.options.get("on_overflow", "split")
+        self.context_mode = spec.options.get("context")
         # The model's own count (prefix and special tokens included) decides whether it accepts a chunk.
         self.limit_counter = getattr(embedder, "count_tokens", None)
         if self.limit_counter is not None and self.max_tokens:
@@ -193,7 +198,9 @@ class Chunker:
     def spans(self, document: Document) -> list[Span]:
         raise NotImplementedError
 
-    def chunk(self, text: str, doc_id: str | None = None) -> list[Chunk]:
+    def chunk(self, text: str, doc_id: str | None = None, *, title: str | None = None) -> list[Chunk]:
+        """Chunks of ``text``; with ``context=title`` each embeds ``title`` (default: the text's own title line,
+        see ``document_title``) above its body."""
         if not isinstance(text, str):
             raise InputError(
                 f"Chunkers take text (str), not {type(text).__name__}; decode the file first "
@@ -202,6 +209,9 @@ class Chunker:
         if self._chunking is not None:
             self._chunking(len(text))  # the shared cl100k counter picks its engine by how much the process chunks
         document = Document(text, self.tokenizer, self.unit, doc_id)
+        document.title = (document_title(text) if title is None else title) if self.context_mode == "title" else ""
+        if document.title and self.unit == "tokens":
+            document.reserved = self.tokenizer.count(document.title + "\n")
         return build_chunks(
             document,
             self.counted_spans(document),
@@ -217,6 +227,12 @@ class Chunker:
         spans = self.spans(document)
         if self.trims_whitespace:
             spans = [span for span in (trim(document.text, span) for span in spans) if span is not None]
+        if not spans and (whole := trim(document.text, Span(0, len(document.text)))) is not None:
+            # Every document with text gets at least one chunk: a Markdown file that is only a heading has no
+            # section body, and a document no chunk comes from can never be found (and is chunked again by
+            # every backfill).
+            spans = [whole]
+        spans = attach_title(document, spans)
         return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]
 
     def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
@@ -232,6 +248,38 @@ class Chunker:
                 continue
             result.extend(split_range(document, span, self.size))
         return result
+
+
+def attach_title(document: Document, spans: list[Span]) -> list[Span]:
+    """With ``context=title``, each span with the document's title above its own context (a table's header rows),
+    below its heading path (unless the path already starts with the title); the budget counts it exactly from
+    then on (``Document.reserved`` drops to 0)."""
+    title = document.title
+    if not title:
+        return spans
+    document.reserved = 0
+    return [
+        s
+        if s.heading_path[:1] == (title,)
+        else Span(s.start, s.end, s.heading_path, title + "\n" + s.context if s.context else title, s.atomic)
+        for s in spans
+    ]
+
+
+_TITLE_MARKUP = " \t#=*-_>"
+TITLE_CHARACTERS = 80
+
+
+def document_title(text: str) -> str:
+    """A document's title for ``context=title``: its first line with text, without Markdown heading or emphasis
+    marks, cut at a word to at most 80 characters (a title is context, not content)."""
+    for line in text.splitlines():
+        title = " ".join(line.strip(_TITLE_MARKUP).split())
+        if title:
+            if len(title) > TITLE_CHARACTERS:
+                title = title[:TITLE_CHARACTERS].rsplit(" ", 1)[0]
+            return title
+    return ""
 
 
 def trim(text: str, span: Span) -> Span | None:
@@ -324,6 +372,8 @@ def build_chunks(
     counted = []
     for item in spans:
         span, n = item if isinstance(item, tuple) else (item, document.embed_tokens(item))
+        if span.end <= span.start or text[span.start : span.end].isspace():
+            continue  # whitespace only: nothing to find, and it must never rank (the last guard of every strategy)
         if check_limit and max_tokens and _limit_count(document, span, n, limit_counter) > max_tokens:
             if on_overflow == "error":
                 raise InputError(

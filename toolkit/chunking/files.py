@@ -13,7 +13,7 @@ from toolkit.errors import InputError
 DEFAULT_SIZE = 400
 DEFAULT_OVERLAP = 40
 # Without --spec or --strategy, the strategy follows the file's format.
-STRATEGY_FOR_FORMAT = {"markdown": "markdown", "html": "html", "code": "code", "text": "recursive"}
+STRATEGY_FOR_FORMAT = {"markdown": "markdown", "html": "html", "code": "code", "text": "recursive", "pdf": "recursive"}
 
 
 def resolve_spec(
@@ -27,8 +27,10 @@ def resolve_spec(
     chosen = strategy or STRATEGY_FOR_FORMAT.get(file_format, "recursive")
     if size is None:
         size = DEFAULT_SIZE
-    if overlap is None:  # one sentence, or a tenth of the size (at most the default) in tokens
-        overlap = 1 if chosen in ("sentence", "semantic") else min(DEFAULT_OVERLAP, size // 10)
+    if overlap is None:  # one sentence, or a tenth of the size (at most the default) in tokens; cluster takes none
+        overlap = (
+            1 if chosen in ("sentence", "semantic") else 0 if chosen == "cluster" else min(DEFAULT_OVERLAP, size // 10)
+        )
     return f"{chosen}:{size}:{overlap}"
 
 
@@ -41,6 +43,7 @@ def chunk_paths(
     overlap: int | None = None,
     embedder=None,
     clean_pdf_text: bool = False,
+    clean_pdf: bool = True,
 ) -> Iterator[tuple]:
     """(document, chunks) for each readable file and (error, []) for each unreadable one, in walk order."""
     from toolkit.chunking import get_chunker
@@ -48,7 +51,7 @@ def chunk_paths(
 
     chunkers: dict[str, object] = {}
     resolve_spec(spec, strategy, size, overlap, "text")  # refuse a bad combination before reading files
-    for result in read_documents(paths, clean_pdf_text=clean_pdf_text):
+    for result in read_documents(paths, clean_pdf_text=clean_pdf_text, clean_pdf=clean_pdf):
         if isinstance(result, SourceError):
             yield result, []
             continue

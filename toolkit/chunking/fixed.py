@@ -22,22 +22,24 @@ class FixedChunker(Chunker):
             bounds = list(range(len(text) + 1))
             return self._windows(text, bounds, lambda a, b: True)
         offsets = self._token_offsets(text)
-        return self._windows(text, offsets, lambda a, b: document.tokens(a, b) <= self.size)
+        size = max(1, self.size - document.reserved)  # a title (context=title) takes its tokens from the window
+        return self._windows(text, offsets, lambda a, b: document.tokens(a, b) <= size, size)
 
-    def _windows(self, text: str, bounds: list[int], fits) -> list[Span]:
+    def _windows(self, text: str, bounds: list[int], fits, size: int | None = None) -> list[Span]:
         """Windows over boundary positions ``bounds`` (characters, or the character offset of each token)."""
         n = len(bounds) - 1
-        step = self.size - self.overlap
+        size = self.size if size is None else size
+        step = max(1, size - self.overlap)
         spans = []
         for first in range(0, n, step):
-            last = min(first + self.size, n)
+            last = min(first + size, n)
             # Re-encoding a token window can give a token or two more than the window had; shrink until exact.
             while last > first + 1 and not fits(bounds[first], bounds[last]):
                 last -= 1
             start, end = bounds[first], bounds[last]
             if start < end and text[start:end].strip():
                 spans.append(Span(start, end))
-            if first + self.size >= n:
+            if first + size >= n:
                 break
         return spans
 

@@ -12,7 +12,7 @@ from bisect import bisect_left, bisect_right
 from itertools import accumulate, compress, pairwise, repeat
 from operator import gt, sub
 
-from toolkit.chunking.base import Chunker, Document, Span, trim
+from toolkit.chunking.base import Chunker, Document, Span, attach_title, trim
 from toolkit.chunking.sentence import SENTENCE_BOUNDARY
 from toolkit.tokens import Cl100kTokenizer, _first_resync, _last_resync
 
@@ -44,7 +44,10 @@ def split_range(
     """
     splitter = _Splitter(document, span, budget, separators, overlap, protected or [], in_tokens)
     splitter.ignore_protection = ignore_protection
-    return splitter.run()
+    # A cut can leave a piece that is only the whitespace between two separators (a lone line break): such a
+    # piece holds nothing to find, so it never becomes a chunk.
+    text = document.text
+    return [p for p in splitter.run() if p.end > p.start and not text[p.start : p.end].isspace()]
 
 
 class _Splitter:
@@ -515,6 +518,13 @@ class RecursiveChunker(Chunker):
         if self.unit != "tokens" or not isinstance(document.tokenizer, Cl100kTokenizer) or not document.text:
             return super().counted_spans(document)
         try:
-            return _CountingSplitter(document, self.size, self.overlap, self.separators).run()
+            # The counting splitter measures bodies alone: a title (context=title) is planned for by a smaller
+            # budget, then attached and the spans checked again exactly.
+            budget = max(1, self.size - document.reserved)
+            counted = _CountingSplitter(document, budget, min(self.overlap, budget - 1), self.separators).run()
         except UnicodeEncodeError as error:  # a lone surrogate reached the engine
             raise document.surrogate_error(error) from error
+        if not document.title:
+            return counted
+        spans = attach_title(document, [span for span, _ in counted])
+        return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]

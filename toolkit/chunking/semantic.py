@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from toolkit.chunking.base import Chunker, Document, Span
 from toolkit.chunking.sentence import sentence_spans
+from toolkit.chunking.similarity import unit_vectors
 from toolkit.errors import InputError
 
 DEFAULT_THRESHOLD = 0.5
@@ -32,14 +33,12 @@ class SemanticChunker(Chunker):
         sentences = sentence_spans(text)
         if not sentences:
             return []
-        vectors = np.asarray(self.embedder.embed_documents([text[a:b] for a, b in sentences]), dtype=np.float64)
+        vectors = unit_vectors(self.embedder, [text[a:b] for a, b in sentences])
         if vectors.shape[0] != len(sentences):
             raise InputError(
                 f"The embedder returned {vectors.shape[0]} vectors for {len(sentences)} sentences; "
                 "it must return one vector per input text."
             )
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = vectors / np.where(norms == 0, 1, norms)
         spans: list[Span] = []
         current: list[int] = []
         total = np.zeros(vectors.shape[1])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id
+from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id, compose_embed_text
 from toolkit.chunking.spec import Spec
 
 ALGORITHM_VERSION = 1
@@ -26,14 +26,15 @@ class SmallToBigChunker:
         self.parent = parent
         self.window = window
         self.tokenizer = child.tokenizer
+        self._sized: dict[int, Chunker] = {}
 
     @property
     def version(self) -> str:
         return f"{self.spec.canonical}@{ALGORITHM_VERSION}"
 
-    def chunk(self, text: str, doc_id: str | None = None) -> list[Chunk]:
+    def chunk(self, text: str, doc_id: str | None = None, *, title: str | None = None) -> list[Chunk]:
         if self.parent is not None:
-            return self._parent_child(text, doc_id)
+            return self._parent_child(text, doc_id, title)
         return self._windows(text, doc_id)
 
     def _finish(self, parents: list[Chunk], children: list[Chunk], owners: list[int]) -> list[Chunk]:
@@ -51,13 +52,16 @@ class SmallToBigChunker:
         ]
         return parents + children
 
-    def _parent_child(self, text: str, doc_id: str | None) -> list[Chunk]:
+    def _parent_child(self, text: str, doc_id: str | None, title: str | None) -> list[Chunk]:
+        from toolkit.chunking.base import document_title
+
         parents = self.parent.chunk(text, doc_id)
+        title = document_title(text) if title is None else title  # the document's, not each parent's first line
         document = Document(text, self.tokenizer, self.child.unit)
         spans: list[Span] = []
         owners: list[int] = []
         for index, parent in enumerate(parents):
-            for child in self.child.chunk(parent.text):
+            for child in self._child_for(parent.heading_path).chunk(parent.text, title=title):
                 path = parent.heading_path + child.heading_path
                 span = Span(
                     child.start + parent.start,
@@ -68,10 +72,40 @@ class SmallToBigChunker:
                 for piece in self.child.enforce_budget(document, [dataclasses.replace(span, atomic=child.atomic)]):
                     spans.append(piece)
                     owners.append(index)
-        children = build_chunks(document, spans, doc_id, self.version, self.child.max_tokens, self.child.on_overflow)
+        children = build_chunks(
+            document,
+            spans,
+            doc_id,
+            self.version,
+            self.child.max_tokens,
+            self.child.on_overflow,
+            self.child.limit_counter,
+        )
         if len(children) != len(owners):  # the model's input limit split some children further
             owners = [_owner(parents, c.start) for c in children]
         return self._finish(parents, children, owners)
+
+    def _child_for(self, heading_path: tuple[str, ...]) -> Chunker:
+        """The child chunker for a parent with this heading path: a child embeds the parent's path before its
+        own text, so its strategy packs to the size less the path's tokens. Sized without the path, a child
+        that fit was over the size with it, and the budget check then cut it inside a sentence."""
+        child = self.child
+        if not heading_path or child.unit == "chars":
+            return child
+        prefix = self.tokenizer.count(compose_embed_text(heading_path, "", ""))
+        size = max(1, child.size - prefix)
+        if size == child.size:
+            return child
+        chunker = self._sized.get(size)
+        if chunker is None:
+            # Overlap in tokens must stay under the size (sentence and semantic count it in sentences).
+            overlap = child.overlap if child.spec.strategy in ("sentence", "semantic") else min(child.overlap, size - 1)
+            spec = dataclasses.replace(child.spec, size=size, overlap=overlap)
+            chunker = type(child)(spec, tokenizer=child.tokenizer, embedder=child.embedder)
+            chunker.max_tokens = child.max_tokens
+            chunker.limit_counter = child.limit_counter
+            self._sized[size] = chunker
+        return chunker
 
     def _windows(self, text: str, doc_id: str | None) -> list[Chunk]:
         children = self.child.chunk(text, doc_id)

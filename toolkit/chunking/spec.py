@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 
 from toolkit.errors import InputError
 
-STRATEGIES = ("fixed", "sentence", "recursive", "markdown", "html", "code", "semantic")
+STRATEGIES = ("fixed", "sentence", "recursive", "markdown", "html", "code", "semantic", "cluster")
 
 # Options every strategy accepts, and the ones only some accept. Values are parsed by `_OPTION_TYPES`.
-COMMON_OPTIONS = {"unit", "max_tokens", "on_overflow", "parent", "window"}
+COMMON_OPTIONS = {"unit", "max_tokens", "on_overflow", "parent", "window", "context"}
 STRATEGY_OPTIONS = {
     "fixed": set(),
     "sentence": set(),
@@ -18,14 +18,17 @@ STRATEGY_OPTIONS = {
     "html": {"merge"},
     "code": {"language", "merge"},
     "semantic": {"threshold"},
+    "cluster": {"piece"},
 }
 _OPTION_TYPES = {
     "unit": ("tokens", "chars"),
     "on_overflow": ("split", "error"),
+    "context": ("title",),
     "max_tokens": int,
     "merge": int,
     "window": int,
     "threshold": float,
+    "piece": int,
     "language": str,
     "parent": str,
 }

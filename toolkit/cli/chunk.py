@@ -25,8 +25,13 @@ from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
     type=Number(OVERLAP_TOKENS),
     help="Overlap in tokens (default: a tenth of the size, at most 40), or in sentences (default 1).",
 )
-@click.option("--embedder", metavar="REF", help="Embedder for the semantic strategy, e.g. hashing:64.")
+@click.option("--embedder", metavar="REF", help="Embedder for the semantic and cluster strategies, e.g. hashing:64.")
 @click.option("--clean-pdf-text", is_flag=True, help="Clean PDF-extracted .txt files first (see docs).")
+@click.option(
+    "--no-pdf-cleaning",
+    is_flag=True,
+    help="Keep a PDF's lines as extracted (headers, page numbers, line wraps; pages split by form feeds).",
+)
 @click.option(
     "--format",
     "output_format",
@@ -35,8 +40,8 @@ from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
     show_default=True,
     help="jsonl: one chunk per line; table: one row per chunk; stats: counts and token distribution.",
 )
-def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output_format):
-    """Chunk PATH... (files, or directories walked for .md/.txt/.html/code) and print the chunks.
+def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, no_pdf_cleaning, output_format):
+    """Chunk PATH... (files, or directories walked for .md/.txt/.html/.pdf/code) and print the chunks.
 
     A file that cannot be read is reported on stderr and skipped; the exit code is 1 if any was.
     """
@@ -57,7 +62,14 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
     produced = 0
     progress = Progress("chunk", unit="files", quiet=not sys.stderr.isatty())  # only on a terminal
     results = chunk_paths(
-        paths, spec=spec, strategy=strategy, size=size, overlap=overlap, embedder=model, clean_pdf_text=clean_pdf_text
+        paths,
+        spec=spec,
+        strategy=strategy,
+        size=size,
+        overlap=overlap,
+        embedder=model,
+        clean_pdf_text=clean_pdf_text,
+        clean_pdf=not no_pdf_cleaning,
     )
     for document, chunks in results:
         produced += len(chunks)
@@ -69,7 +81,7 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
         if output_format == "stats":
             stats.add(document.text, chunks)
         for c in chunks:
-            record = chunk_record(document.source, c)
+            record = chunk_record(document.source, c, document.pages)
             if output_format == "jsonl":
                 click.echo(json.dumps(record, ensure_ascii=False))
             elif output_format == "table":
@@ -93,7 +105,9 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, output
         )
 
 
-def chunk_record(source: str, c) -> dict:
+def chunk_record(source: str, c, pages=None) -> dict:
+    from toolkit.pdf import pages_of_span
+
     return {
         "doc_id": c.doc_id,
         "source": source,
@@ -111,6 +125,7 @@ def chunk_record(source: str, c) -> dict:
         "is_parent": c.is_parent,
         "context": c.context,
         "atomic": c.atomic,
+        "pages": pages_of_span(pages, c.start, c.end),
     }
 
 

@@ -118,6 +118,15 @@ def _overlap(text: str) -> None:
     show_default=True,
     help="Added to every query.",
 )
+@click.option(
+    "--memory",
+    type=Checked(lambda text: validation.MEMORY_BYTES.check(lib.parse_size(text)), "size"),
+    metavar="SIZE",
+    help="A server's memory (e.g. 64GB): says whether each HNSW index fits one server or how many it needs.",
+)
+@click.option(
+    "--hnsw-m", type=Number(validation.HNSW_M), default=16, show_default=True, help="HNSW m, for the index size."
+)
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def estimate(
     tokens,
@@ -138,6 +147,8 @@ def estimate(
     queries_per_day,
     system_prompt_tokens,
     question_tokens,
+    memory,
+    hnsw_m,
     output_format,
 ):
     """Estimate chunks, embedding cost, raw vector bytes and prompt cost per query.
@@ -152,7 +163,13 @@ def estimate(
         system_prompt_tokens=system_prompt_tokens,
         question_tokens=question_tokens,
     )
-    shape = {"dims": dims or (1536,), "storage": storage or ("float32",), "pricing": pricing}
+    shape = {
+        "dims": dims or (1536,),
+        "storage": storage or ("float32",),
+        "pricing": pricing,
+        "memory": None if memory is None else lib.parse_size(memory),
+        "hnsw_m": hnsw_m,
+    }
     if corpus:
         if any(v is not None for v in (tokens, words, pages, chunk_total)) or chunk_sizes or overlaps:
             raise InputError(
@@ -241,8 +258,29 @@ def render_table(result: lib.Estimate) -> str:
         lines.append(
             "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
         )
+    lines.extend(_memory_line(row) for row in result.rows if row.memory is not None)
     lines.extend(result.notes)
     return "\n".join(lines)
+
+
+def _memory_line(row: lib.EstimateRow) -> str:
+    """When do I need to shard: the row's HNSW index against the memory given."""
+    fit = row.memory
+    head = (
+        f"memory {_size(fit.memory_bytes)}: {row.chunker or f'{row.chunk} / {row.overlap}'}, {row.dims} {row.storage}"
+    )
+    share = fit.index_bytes / fit.memory_bytes
+    if fit.fits:
+        return f"{head}: HNSW index {_size(fit.index_bytes)} ({share:.0%} of memory) fits one server."
+    smaller = ""
+    if row.storage == "float32":
+        half = lib.hnsw_index_bytes(row.chunks, row.dims, "halfvec")
+        bits = lib.hnsw_index_bytes(row.chunks, row.dims, "binary")
+        smaller = f", or smaller vectors (halfvec index {_size(half)}, binary quantization {_size(bits)})"
+    return (
+        f"{head}: HNSW index {_size(fit.index_bytes)} ({share:.0%} of memory) is over the {_size(fit.usable_bytes)} "
+        f"an index may use: shard by tenant over {fit.nodes} servers like this{smaller}."
+    )
 
 
 commands = [estimate]

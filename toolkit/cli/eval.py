@@ -11,6 +11,7 @@ from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
 
 COLUMNS = [
     "config",
+    "retrieval",
     "chunks",
     "tok/chunk",
     "cut",
@@ -41,7 +42,8 @@ COLUMNS = [
     "configs",
     multiple=True,
     metavar="SPECS",
-    help='Chunker specs, comma-separated: "fixed:200:0,sentence:200:1,markdown:400:40". Repeatable.',
+    help='Chunker specs, comma-separated: "fixed:200:0,sentence:200:1,markdown:400:40". Repeatable. '
+    "Default: the spec recommended for the model's input limit.",
 )
 @click.option(
     "--model",
@@ -56,6 +58,15 @@ COLUMNS = [
     default="embedding",
     show_default=True,
     help="embedding: cosine of the model's vectors; bow: a bag-of-words cosine (no model; see docs/evaluation.md).",
+)
+@click.option(
+    "--retrieval",
+    "retrieval",
+    multiple=True,
+    metavar="MODES",
+    help="How chunks are ranked, as SQL serves them: vector, text (BM25) or hybrid (both, fused by RRF), with "
+    "options such as hybrid:rrf_k=60:assemble=off; comma-separated to compare. Default: hybrid with passage "
+    "assembly (full text opens the database: the embedded one unless --database-url).",
 )
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write recall against tokens per query to this PNG.")
 @click.option(
@@ -85,6 +96,7 @@ def eval_command(
     model,
     k,
     scorer,
+    retrieval,
     plot,
     input_price,
     cache_dir,
@@ -109,9 +121,11 @@ def eval_command(
 
     directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
     if version is not None:
+        if retrieval:
+            raise InputError("--version searches the version through SQL as applications do; drop --retrieval.")
         report = _evaluate_version(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory)
     else:
-        report = _evaluate_files(corpus, configs, model, scorer, queries, k, input_price, directory, quiet)
+        report = _evaluate_files(corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, quiet)
     if plot:
         lib.plot_frontier(report, plot)
     if output_format == "json":
@@ -133,17 +147,26 @@ def eval_command(
         click.echo(f"plot written to {plot}")
 
 
-def _evaluate_files(corpus, configs, model, scorer, queries, k, input_price, directory, quiet):
-    from toolkit import evaluate as lib
-    from toolkit.embedding_cache import EmbeddingCache
+def _evaluate_files(corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, quiet):
+    import contextlib
 
-    if not corpus or not configs:
+    from toolkit import evaluate as lib
+    from toolkit.chunking import recommended_spec
+    from toolkit.embedding_cache import EmbeddingCache
+    from toolkit.retrieval import split_retrievals
+
+    if not corpus:
         raise InputError(
-            "Give the documents with --corpus PATH and the chunker configurations with --configs "
-            "(e.g. fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
+            "Give the documents with --corpus PATH (and the chunker configurations with --configs, e.g. "
+            "fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
         )
     embedder = _embedder(model) if scorer == "embedding" else _refuse_model(model)
-    with EmbeddingCache(directory) as cache:
+    configs = configs or [recommended_spec(getattr(embedder, "max_input_tokens", None))]
+    retrieval = list(retrieval) or None
+    lexical = scorer == "embedding" and any(r.lexical for r in split_retrievals(retrieval))
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(_open_connection()) if lexical else None
+        cache = stack.enter_context(EmbeddingCache(directory))
         return lib.evaluate(
             list(corpus),
             queries,
@@ -154,7 +177,15 @@ def _evaluate_files(corpus, configs, model, scorer, queries, k, input_price, dir
             input_price=input_price,
             cache=cache,
             progress=not quiet,
+            retrieval=retrieval,
+            conn=conn,
         )
+
+
+def _open_connection():
+    from toolkit.cli._context import open_database
+
+    return open_database()[1]
 
 
 def _evaluate_version(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory):
@@ -195,6 +226,7 @@ def _refuse_model(model: str | None):
 def _row(result) -> dict:
     return {
         "config": result.spec,
+        "retrieval": result.retrieval,
         "chunks": result.chunks if result.parents is None else f"{result.chunks} ({result.parents} parents)",
         "tok/chunk": f"{result.mean_chunk_tokens:.0f}",
         "cut": f"{result.cut_answers}/{result.answers}",

@@ -36,7 +36,9 @@ def version_options(function):
 @click.option(
     "--model", "model_alias", required=True, metavar="ALIAS", help="Registered model alias (toolkit model add)."
 )
-@click.option("--chunker", "chunker_spec", default="markdown:400:40", show_default=True, help="Chunker spec.")
+@click.option(
+    "--chunker", "chunker_spec", help="Chunker spec. Default: the one recommended for the model's input limit."
+)
 @click.option("--resume", is_flag=True, help="Continue a version that is already building.")
 @click.option(
     "--batch-size",
@@ -143,7 +145,7 @@ def backfill(
         reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
         click.echo(
             f"Stopped: {reason}. Continue with: toolkit backfill --model {model_alias} "
-            f"--chunker {chunker_spec} --resume",
+            f"--chunker {chunker_spec or report.chunker_version.rsplit('@', 1)[0]} --resume",
             err=True,
         )
         sys.exit(3 if report.stopped == "max-cost" else 130)

@@ -79,11 +79,14 @@ def search(
             "heading_path": " > ".join(hit.heading_path),
             "doc_id": hit.doc_id,
             "span": f"{hit.start}-{hit.end}",
+            "pages": ",".join(map(str, hit.pages)) if hit.pages else None,
             "text": _one_line(hit.text),
         }
         for hit in hits
     ]
-    emit(rows, "table", COLUMNS)
+    # The pages column only when a hit has pages (PDF sources), for citations.
+    columns = COLUMNS if not any(hit.pages for hit in hits) else [*COLUMNS[:-1], "pages", COLUMNS[-1]]
+    emit(rows, "table", columns)
 
 
 def _one_line(text: str, width: int = 100) -> str:

@@ -1,0 +1,207 @@
+"""The offline ranking of `toolkit eval` is the one SQL serves: on the whole sample set (7 documents, 260
+questions), the exact-cosine ranking with its chunk-id tie-break (`search_chunks`), BM25 full text alone and
+fused with the vector ranks (`hybrid_search_chunks`), and small-to-big contexts (`search_context`) come out of
+`toolkit.retrieval` / `toolkit.evaluate` exactly as the SQL functions return them, chunk by chunk, in order.
+
+The version has an HNSW index, as every version does; the searches run with index scans off, so SQL ranks by
+exact distance too (an approximate index is measured in docs/search.md, not here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from toolkit import versions
+from toolkit.chunking import get_chunker
+from toolkit.embedding import get_embedder
+from toolkit.evaluate import HITS_PER_CONTEXT, _contexts, rank_chunks
+from toolkit.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
+from toolkit.retrieval import (
+    BM25,
+    Retrieval,
+    chunk_lexemes,
+    cosine_distances,
+    fuse,
+    lexical_settings,
+    order_by,
+    query_lexemes,
+    text_ranking,
+)
+
+DIMS = 64
+EMBEDDER = get_embedder(f"hashing:{DIMS}")
+DOCUMENTS = read_sample_documents()
+QUERIES = load_queries(SAMPLE_QUERIES, DOCUMENTS)
+TENANT = "acme"
+K = 5
+
+
+def store(conn, spec: str, alias: str, documents=DOCUMENTS):
+    """A version of the sample chunked with ``spec`` and embedded with the hashing model, active; returns its
+    chunks (parents included, in the order eval sees them) and the children's vectors."""
+    version = versions.create_version(conn, alias, spec, get_chunker(spec).version)
+    chunker = get_chunker(spec, embedder=EMBEDDER)
+    chunks = [c for doc_id, text in documents.items() for c in chunker.chunk(text, doc_id)]
+    children = [c for c in chunks if not c.is_parent]
+    vectors = EMBEDDER.embed_documents([c.embed_text for c in children])
+    by_id = dict(zip((c.chunk_id for c in children), vectors, strict=True))
+    with conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO toolkit.chunks_v{int(version)} (tenant, chunk_id, doc_id, parent_id, is_parent, position,"
+            " start_offset, end_offset, heading_path, context, text, content_hash, token_count, embedding)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            [
+                (
+                    TENANT,
+                    c.chunk_id,
+                    c.doc_id,
+                    c.parent_id,
+                    c.is_parent,
+                    c.position,
+                    c.start,
+                    c.end,
+                    list(c.heading_path),
+                    c.context,
+                    c.text,
+                    c.content_hash,
+                    c.token_count,
+                    by_id.get(c.chunk_id),
+                )
+                for c in chunks
+            ],
+        )
+    conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
+    versions.create_version_index(conn, version, maintenance_work_mem="64MB")
+    versions.mark_version_ready(conn, version)
+    versions.activate_version(conn, version, force=True)
+    return chunks, children, np.asarray(vectors)
+
+
+def as_reader(conn, statement: str, params) -> list[tuple]:
+    with conn.transaction():
+        conn.execute("SET LOCAL ROLE toolkit_reader")
+        conn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+        conn.execute("SET LOCAL enable_indexscan = off")  # exact distances, as eval computes them
+        return conn.execute(statement, params, prepare=False).fetchall()
+
+
+@pytest.fixture
+def sample_version(conn, make_model):
+    make_model("h", DIMS, model_name=str(DIMS))
+    return store(conn, "recursive:128:64", "h")
+
+
+def sql_ranking(conn, question: str, vector, depth: int) -> list[tuple[str, float]]:
+    rows = as_reader(conn, "SELECT chunk_id, distance FROM toolkit.search_chunks(%s, %s)", (vector, depth))
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_vector_ranking_is_search_chunks(conn, sample_version):
+    """The same chunks at every rank, and the same distances, to float32 rounding: pgvector sums in float32 with
+    SIMD lanes (``-fassociative-math``), numpy in float64, so two chunks whose distances agree to 1e-7 may swap;
+    every other position is identical, and exact ties are broken by chunk id on both sides."""
+    _, children, vectors = sample_version
+    ids = [c.chunk_id for c in children]
+    index = {chunk_id: i for i, chunk_id in enumerate(ids)}
+    query_vectors = np.stack([EMBEDDER.embed_query(q.query) for q in QUERIES])
+    distances = cosine_distances(query_vectors, vectors)
+    swapped = same = 0
+    for question, vector, row in zip(QUERIES, query_vectors, distances, strict=True):
+        expected = [ids[i] for i in order_by(row, ids, descending=False)[:20]]
+        found = sql_ranking(conn, question.query, vector, 20)
+        for (chunk_id, distance), mine in zip(found, expected, strict=True):
+            assert distance == pytest.approx(row[index[chunk_id]], abs=1e-6)
+            if chunk_id == mine:
+                same += 1
+                continue
+            assert abs(row[index[chunk_id]] - row[index[mine]]) < 1e-7, (question.query, chunk_id, mine)
+            swapped += 1
+    assert same > 10 * swapped  # the hashing model's quantized vectors make exact-math ties common
+
+
+def offline_fused(retrieval, bm25, ids, sql_vector_ids, question_terms, depth: int) -> list[str]:
+    """The hybrid ranking from SQL's own vector candidates: the BM25 ranking and the fusion are computed
+    offline (toolkit.retrieval), so any difference is in those, not in float32 rounding of distances."""
+    position = {chunk_id: i for i, chunk_id in enumerate(ids)}
+    pool = max(retrieval.candidates, depth)
+    text = text_ranking(bm25, question_terms, ids, pool)
+    vector = [position[chunk_id] for chunk_id in sql_vector_ids[:pool]] if retrieval.mode == "hybrid" else []
+    return [ids[i] for i in fuse(vector, text, ids, depth, retrieval.rrf_k)]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "text"])
+def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mode):
+    _, children, _ = sample_version
+    depth = K * HITS_PER_CONTEXT  # what eval asks for (contexts and passages are made from these)
+    retrieval = Retrieval(mode).resolved(lexical_settings(conn))
+    pool = max(retrieval.candidates, depth)
+    ids = [c.chunk_id for c in children]
+    with conn.transaction():
+        bm25 = BM25(chunk_lexemes(conn, children), [c.token_count for c in children], retrieval.k1, retrieval.b)
+        question_terms = query_lexemes(conn, [q.query for q in QUERIES])
+    compared = 0
+    for question, terms in zip(QUERIES, question_terms, strict=True):
+        vector = EMBEDDER.embed_query(question.query)
+        sql_vector_ids = (
+            [chunk_id for chunk_id, _ in sql_ranking(conn, question.query, vector, pool)] if mode == "hybrid" else []
+        )
+        expected = offline_fused(retrieval, bm25, ids, sql_vector_ids, terms, depth)
+        rows = as_reader(
+            conn,
+            "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, %s)",
+            (question.query, vector if mode == "hybrid" else None, depth),
+        )
+        assert [r[0] for r in rows] == expected, question.query
+        compared += len(expected)
+    assert compared > len(QUERIES) * K  # the lists are long: full text found chunks for most questions
+
+
+def test_bm25_settings_come_from_sql(conn):
+    settings = lexical_settings(conn)
+    assert set(settings) == {"k1", "b", "rrf_k", "candidates"}
+    resolved = Retrieval("hybrid", rrf_k=3).resolved(settings)
+    assert (resolved.k1, resolved.b, resolved.rrf_k) == (settings["k1"], settings["b"], 3)
+
+
+@pytest.mark.parametrize("query_text", [False, True])
+def test_small_to_big_contexts_are_search_context(conn, make_model, query_text):
+    """Contexts made offline (toolkit.evaluate._contexts) from the hits SQL found are the ones search_context
+    returns: the same spans, merged the same way, in the same order."""
+    make_model("p", DIMS, model_name=str(DIMS))
+    chunks, _, _ = store(conn, "sentence:60:0:parent=markdown,400,0", "p")
+    parents = {c.chunk_id: c for c in chunks if c.is_parent}
+    by_id = {c.chunk_id: c for c in chunks if not c.is_parent}
+    for question in QUERIES:
+        vector = EMBEDDER.embed_query(question.query)
+        if query_text:
+            found = as_reader(
+                conn, "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, %s)", (question.query, vector, 4 * K)
+            )
+        else:
+            found = as_reader(conn, "SELECT chunk_id FROM toolkit.search_chunks(%s, %s)", (vector, 4 * K))
+        expected = [(u.doc_id, u.start, u.end) for u in _contexts([by_id[r[0]] for r in found], parents, DOCUMENTS, K)]
+        rows = as_reader(
+            conn,
+            "SELECT doc_id, start_offset, end_offset FROM toolkit.search_context(%s, %s, 'parent', %s)",
+            (vector, K, question.query if query_text else None),
+        )
+        assert [tuple(r) for r in rows] == expected, question.query
+
+
+def test_a_tie_is_broken_by_chunk_id_on_both_sides(conn, make_model):
+    """Two documents with the same text give chunks with the same vector (and lexemes) but different ids."""
+    make_model("t", DIMS, model_name=str(DIMS))
+    text = DOCUMENTS["row-security.md"]
+    _, children, vectors = store(conn, "recursive:128:0", "t", {"a.md": text, "b.md": text, "c.md": text})
+    question = "Which roles bypass row security?"
+    vector = EMBEDDER.embed_query(question)
+    settings = lexical_settings(conn)
+    for retrieval in (Retrieval("vector"), Retrieval("hybrid").resolved(settings)):
+        (ranked,) = rank_chunks(children, vectors, vector[None, :], [question], [retrieval], 9, False, conn)
+        ids = [c.chunk_id for c in ranked[0][:9]]
+        assert len({c.text for c in ranked[0][:3]}) == 1  # the top three are one text, three times
+        if retrieval.mode == "vector":
+            rows = as_reader(conn, "SELECT chunk_id FROM toolkit.search_chunks(%s, 9)", (vector,))
+        else:
+            rows = as_reader(conn, "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, 9)", (question, vector))
+        assert [r[0] for r in rows] == ids
