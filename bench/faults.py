@@ -617,6 +617,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--write", action="store_true", help="replace the table in docs/reliability.md")
     args = parser.parse_args()
+    # Started in the background by a non-interactive shell (`nohup … &`), a process inherits SIGINT ignored, and
+    # so would every command it runs: the Ctrl-C trials would then measure nothing but the launcher.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     rng = random.Random(args.seed)
