@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
+from click.testing import CliRunner
+
 from toolkit import database
+from toolkit.cli import main
 from toolkit.demo import run_demo
 
 
@@ -17,6 +21,11 @@ def test_the_demo_runs_the_whole_lifecycle_with_real_models():
     try:
         # One chapter has 12 labelled questions: fewer than the gate asks for by default, accepted explicitly.
         figures = run_demo(str(directory / "pg"), say=lines.append, chapters=("row-security.md",), min_queries=10)
+        # The last lines say the demo has a database of its own and how to look at it; that command works.
+        shown = next(line for line in lines if line.strip().startswith("toolkit --database-url"))
+        status = CliRunner().invoke(main, shlex.split(shown)[1:])
+        assert status.exit_code == 0, status.output
+        assert "toolkit_demo" in shown and "active" in status.output and "ready" in status.output
     finally:
         database.stop_embedded(directory / "pg")
         shutil.rmtree(directory, ignore_errors=True)

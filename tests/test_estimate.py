@@ -343,7 +343,7 @@ def test_parse_size_rejects_garbage(text):
 
 def test_a_bad_memory_size_is_a_clean_cli_error():
     result = CliRunner().invoke(main, ["estimate", "--tokens", "10M", "--memory", "lots"])
-    assert result.exit_code == 1 and "is not a size" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "is not a size" in result.output and "Traceback" not in result.output
 
 
 # -- the documented outputs ----------------------------------------------------------------------------------------

@@ -470,19 +470,23 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "code"),
     [
-        (["--expand", "grandparent"], "--expand 'grandparent' is not understood"),
-        (["--filter", "title=x"], "not KEY=VALUE with a known key"),
-        (["--tenant", ""], "needs a tenant"),
+        (["--expand", "grandparent"], "--expand 'grandparent' is not understood", 1),
+        (["--filter", "title=x"], "not KEY=VALUE with a known key", 1),
+        (
+            ["--tenant", ""],
+            "Invalid value for '--tenant': the value is empty",
+            2,
+        ),  # a usage error, like every empty value
     ],
 )
-def test_toolkit_search_refuses_bad_options_with_the_fix(conn, database_url, store, args, message):
+def test_toolkit_search_refuses_bad_options_with_the_fix(conn, database_url, store, args, message, code):
     base = ["--database-url", database_url, "search", QUESTION]
     if "--tenant" not in args:
         base += ["--tenant", "a"]
     result = CliRunner().invoke(main, base + args)
-    assert result.exit_code == 1
+    assert result.exit_code == code
     assert message in result.output
 
 
@@ -515,7 +519,7 @@ def test_a_cutover_is_seen_at_once_and_pinned_queries_keep_their_version_until_i
 def test_the_librarys_largest_k_is_the_sqls(conn, store):
     assert conn.execute("SELECT toolkit.search_max_k()").fetchone()[0] == search.MAX_K
     assert len(search.search(conn, question_vector(), "a", search.MAX_K, principals=["hr"])) > 0
-    with pytest.raises(InputError, match=f"from 1 to {search.MAX_K}"):
+    with pytest.raises(InputError, match=f"from 1 to {search.MAX_K:,}"):
         search.search(conn, question_vector(), "a", search.MAX_K + 1)
     for statement in (
         "SELECT * FROM toolkit.search_chunks(%s, %s)",

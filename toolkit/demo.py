@@ -158,7 +158,13 @@ def run_demo(
         conn.close()
         workdir.cleanup()
     figures["seconds"] = time.perf_counter() - started
-    say(f'\nDone in {figures["seconds"]:.0f} s. Explore it: psql "{url}"')
+    say(
+        f"\nDone in {figures['seconds']:.0f} s. The demo wrote to a database of its own, {DEMO_DATABASE}, not to "
+        f"the {DATABASE_NAME} database the other commands use, so a plain `toolkit status` shows none of it. "
+        "Look at it with:"
+    )
+    say(f'  toolkit --database-url "{url}" status')
+    say(f'  psql "{url}"')
     return figures
 
 

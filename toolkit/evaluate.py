@@ -195,7 +195,7 @@ def evaluate(
     from toolkit.retrieval import split_retrievals
 
     if scorer not in SCORERS:
-        raise InputError(f"Unknown scorer {scorer!r}; use embedding (a model) or bow (the seed's bag of words).")
+        raise InputError(f"Unknown scorer {scorer!r}; use embedding (a model) or bow (a bag-of-words cosine).")
     if scorer == "embedding" and embedder is None:
         raise InputError("The embedding scorer needs a model; pass --model provider:name (e.g. hashing:64) or alias.")
     if scorer == "bow" and embedder is not None:

@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.models import Model, embedder_for_model, get_model
@@ -331,6 +332,7 @@ def ingest(
     """Ingests files and directories for a tenant into every live version; see the module docstring."""
     from toolkit.sources import SourceError, read_documents
 
+    validation.BATCH_DOCUMENTS.check(batch_documents)
     validate_tenant(tenant)
     labels = validate_labels(acl)
     roots = []
@@ -373,6 +375,8 @@ def ingest(
         with translate_errors(), conn.transaction():
             stale = []
             for root, seen in seen_by_root.items():
+                if validation.text_problem(root):
+                    continue  # a path that is not UTF-8 was never stored, so nothing under it can be stale
                 rows = conn.execute(
                     "SELECT doc_id FROM toolkit.documents WHERE tenant = %s AND metadata->>'root' = %s",
                     (tenant, root),

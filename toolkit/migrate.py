@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from toolkit.errors import DatabaseError
+from toolkit.errors import DatabaseError, InputError
 from toolkit.schema import migrations_dir
 
 VERSION_TABLE = "toolkit_alembic_version"
@@ -50,18 +50,44 @@ def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
     import psycopg
     from alembic.util import CommandError
 
+    check_revision(revision)
     config = _config(url)
     config.attributes.update(attributes)
     try:
         action(config, revision)
     except psycopg.Error as error:
-        message = error.diag.message_primary or str(error).strip().splitlines()[0]
-        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {message}.") from error
+        from toolkit.database_errors import describe_database_error
+
+        reason = describe_database_error(error)
+        raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
     except CommandError as error:
         raise DatabaseError(str(error)) from error
     return MigrationResult(
         revision, not config.attributes.get("nothing_to_do", False), list(config.attributes.get("notices", []))
     )
+
+
+def check_revision(revision: str) -> None:
+    """Refuses a revision that names none (an up-to-date database would otherwise answer "nothing to do" to
+    any name); relative ones (+1, -1, 0002@head) are left to alembic, which knows the current revision."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    if revision.startswith(("+", "-")) or "@" in revision:
+        return
+    try:
+        ScriptDirectory.from_config(_config("postgresql://unused")).get_revisions(revision)
+    except CommandError:
+        known = ", ".join([*revisions(), "head", "base"])
+        raise InputError(f"There is no revision {revision!r}; name one of {known}.") from None
+
+
+def database_revision(url: str) -> str | None:
+    """The revision of the database at ``url`` (None: no toolkit schema)."""
+    from toolkit.database import connect
+
+    with connect(url, autocommit=True, register_vector=False) as conn:
+        return current_revision(conn)
 
 
 def head_revision() -> str:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError
 
@@ -80,6 +81,9 @@ _REGISTER_TYPES = {
 def insert_model(conn: psycopg.Connection, model: Model) -> None:
     """Registers a model under its alias through ``toolkit.register_model`` (an existing alias is refused)."""
     validate_alias(model.alias)
+    validation.DIMENSIONS.check(model.dimensions)
+    validation.MAX_INPUT_TOKENS.check(model.max_input_tokens)
+    validation.PRICE.check(model.price_per_million_tokens)
     if model.distance not in DISTANCES:
         raise InputError(f"The distance {model.distance!r} is unknown; use one of {', '.join(DISTANCES)}.")
     refuse_secrets(conn, model.options, model.base_url)
@@ -198,6 +202,9 @@ def register_model(
     from toolkit.embedding.base import probe_dimensions
 
     validate_alias(alias)
+    validation.DIMENSIONS.check_optional(dimensions)
+    validation.MAX_INPUT_TOKENS.check_optional(max_input_tokens)
+    validation.PRICE.check(price_per_million_tokens)
     refuse_secrets(conn, options, base_url)
     settings = dict(options or {})
     for key, value in (

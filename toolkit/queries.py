@@ -1,4 +1,4 @@
-"""Labelled queries: read the JSONL format of DESIGN.md and resolve answers to `(doc_id, start, end)` spans.
+"""Labelled queries: read their JSONL format (docs/cli.md, toolkit verify) and resolve answers to spans.
 
 An answer gives its exact `text`, its `start`/`end` character offsets, or both (then they must agree).
 Text alone must occur exactly once in its document; `start` alone picks one occurrence of a repeated text.

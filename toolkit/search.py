@@ -18,6 +18,7 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
 from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
@@ -26,7 +27,7 @@ FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "up
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
 # The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
-MAX_K = 1000
+MAX_K = validation.RESULTS.maximum
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
 
 
@@ -157,10 +158,9 @@ def search(
     log on (toolkit query-log), a share of questions is logged.
     """
     validate_tenant(tenant)
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-        raise InputError(f"k must be a whole number from 1 to {MAX_K}, not {k!r}.")
-    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
-        raise InputError(f"The version must be a version number (1 or more), not {version!r}.")
+    validation.RESULTS.check(k)
+    validation.EF_SEARCH.check_optional(ef_search)
+    validation.VERSION_NUMBER.check_optional(version)
     expand = parse_expand(expand)
     unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
     if unknown:

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.validation import text_problem
+
 FORMATS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
     ".txt": "text", ".text": "text", ".rst": "text",
@@ -96,6 +98,11 @@ def read_document(
 
     def error(reason: str) -> SourceError:
         return SourceError(doc_id, source, reason)
+
+    # A name in another encoding reaches Python as lone surrogates, which no UTF-8 database column can hold.
+    bad_name = text_problem(source) or text_problem(doc_id)
+    if bad_name:
+        return error(f"has a path that {bad_name}; rename it in UTF-8 (e.g. convmv -f latin1 -t utf8 --notest).")
 
     if path.suffix.lower() == ".pdf":
         return _read_pdf(path, doc_id, clean_pdf)

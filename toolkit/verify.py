@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 from psycopg.types.json import Jsonb
 
+from toolkit import validation
 from toolkit.database import translate_errors
 from toolkit.errors import InputError
 from toolkit.metrics import RetrievalMetrics
@@ -145,8 +146,10 @@ def verify(
     """Scores the candidate (and the active version, if another one is active) in SQL, which applies the gate and
     stores the evaluation. With no other active version the gate needs ``min_recall``; a query set smaller than
     ``min_queries`` is refused."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InputError(f"-k must be a whole number of 1 or more, not {k!r}.")
+    validation.RESULTS.check(k)
+    validation.RECALL.check_optional(min_recall)
+    validation.RECALL_DROP.check(max_drop)
+    validation.QUERY_SET_SIZE.check(min_queries)
     tenant = pick_tenant(conn, tenant)
     queries = load_queries(queries_path, tenant_documents(conn, tenant))
     with conn.transaction():

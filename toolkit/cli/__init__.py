@@ -12,6 +12,7 @@ import pkgutil
 import click
 
 from toolkit import __version__
+from toolkit.cli._params import check_arguments, refuse_unstorable_text
 from toolkit.errors import ToolkitError
 
 
@@ -24,7 +25,12 @@ class Settings:
 
 
 class ToolkitGroup(click.Group):
-    """Turns library errors into clean CLI errors (message, non-zero exit, no traceback)."""
+    """Turns library errors into clean CLI errors (message, non-zero exit, no traceback), and refuses
+    arguments no parameter can take before any is read."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        check_arguments(args)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         try:
@@ -39,23 +45,29 @@ class ToolkitGroup(click.Group):
 
 
 def _unexpected(error: Exception) -> str | None:
-    """A sentence for failures from the database, the migration tool or the file system; None re-raises."""
+    """A line for failures from the database, the migration tool, the file system or text that cannot be
+    encoded; None re-raises (a bug shows its traceback)."""
     import psycopg
 
-    if isinstance(error, psycopg.Error):
-        from toolkit.database import describe_database_error
+    from toolkit.database_errors import describe_database_error, one_line
+    from toolkit.validation import shown
 
+    if isinstance(error, psycopg.Error):
         return describe_database_error(error)
     module = type(error).__module__ or ""
     if module.startswith(("sqlalchemy", "alembic")):
         cause = error.__cause__ or getattr(error, "orig", None)
         if isinstance(cause, psycopg.Error):
-            from toolkit.database import describe_database_error
-
             return describe_database_error(cause)
-        return f"The migration tool failed: {str(error).strip()}. Check the revision name and the database URL."
+        return f"The migration tool failed: {one_line(error)}. Check the revision name and the database URL."
     if isinstance(error, OSError):
-        return f"{error.strerror or error}: {error.filename or ''}".strip(": ") + ". Check the path and permissions."
+        where = f": {shown(error.filename)}" if error.filename else ""
+        return f"{error.strerror or one_line(error)}{where}. Check the path and permissions."
+    if isinstance(error, UnicodeError):
+        return (
+            "A value is not valid UTF-8 text (bytes from a file name or an argument in another encoding); "
+            "rename the file or pass the value as UTF-8."
+        )
     return None
 
 
@@ -86,6 +98,8 @@ def _register_commands() -> None:
         module = importlib.import_module(f"{__name__}.{module_info.name}")
         for command in getattr(module, "commands", []):
             main.add_command(command)
+    # Every parameter of every command, including ones added later, refuses text PostgreSQL cannot store.
+    refuse_unstorable_text(main)
 
 
 _register_commands()

@@ -28,6 +28,14 @@ def to_json(value) -> str:
     return json.dumps(value, indent=2, default=lambda v: _plain(v) if not isinstance(v, float) else v)
 
 
+def number(value: float) -> str:
+    """A float for people: at most four decimals, no trailing zeros (286.7, 0.8333, 1.0, 12,000.5)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    text = f"{value:,.4f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
+
+
 def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
     if not rows:
         click.echo("(none)")
@@ -39,7 +47,7 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> N
         if value is None:
             return "-"
         if isinstance(value, float):
-            return f"{value:.4f}"
+            return number(value)
         return str(value)
 
     cells = [[cell(row.get(c)) for c in columns] for row in rows]
@@ -54,3 +62,8 @@ def emit(rows: Sequence[dict], output_format: str, columns: Sequence[str] | None
         click.echo(to_json(list(rows)))
     else:
         print_table(rows, columns)
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``1 query``, ``2 queries``, ``1,200 documents``."""
+    return f"{count:,} {word if count == 1 else words or word + 's'}"

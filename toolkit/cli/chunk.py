@@ -7,6 +7,8 @@ import json
 import click
 
 from toolkit.chunking.spec import STRATEGIES
+from toolkit.cli._params import Number
+from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
 
 
 @click.command("chunk", short_help="Chunk files with a strategy; print JSONL, a table or stats.")
@@ -17,10 +19,10 @@ from toolkit.chunking.spec import STRATEGIES
     type=click.Choice(STRATEGIES),
     help="Strategy (default: from the file type: markdown, html, code, else recursive).",
 )
-@click.option("--size", type=click.IntRange(min=1), help="Chunk size in tokens (default 400).")
+@click.option("--size", type=Number(CHUNK_TOKENS), help="Chunk size in tokens (default 400).")
 @click.option(
     "--overlap",
-    type=click.IntRange(min=0),
+    type=Number(OVERLAP_TOKENS),
     help="Overlap in tokens (default: a tenth of the size, at most 40), or in sentences (default 1).",
 )
 @click.option("--embedder", metavar="REF", help="Embedder for the semantic and cluster strategies, e.g. hashing:64.")

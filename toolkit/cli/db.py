@@ -96,12 +96,25 @@ def migrate(revision: str, downgrade: bool, force: bool) -> None:
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
     if downgrade:
+        before = migrations.database_revision(database.url)
         result = migrations.downgrade(database.url, revision, force=force)
-        message = f"Downgraded to {revision}."
+        after = migrations.database_revision(database.url)
+        message = (
+            f"Downgraded from {before} to {after or 'base'}."
+            if before != after
+            else f"Already at {after or 'base'}; nothing was downgraded."
+        )
     else:
+        before = migrations.database_revision(database.url)
         result = migrations.upgrade(database.url, revision)
-        target = migrations.head_revision() if revision == "head" else revision
-        message = f"Upgraded to {revision} ({target})." if result.changed else f"Already at {revision} ({target})."
+        after = migrations.database_revision(database.url)
+        at_head = " (head)" if after == migrations.head_revision() else ""
+        if not result.changed:
+            message = f"Already at {after}{at_head}; nothing to do."
+        elif before == after:
+            message = f"Re-applied the functions, views, policies and grants of {after}{at_head}."
+        else:
+            message = f"Upgraded from {before or 'an empty database'} to {after}{at_head}."
     for notice in result.notices:
         click.echo(f"toolkit: {notice}", err=True)
     click.echo(message)

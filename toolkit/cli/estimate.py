@@ -7,16 +7,50 @@ import json
 import click
 
 from toolkit import estimate as lib
+from toolkit import validation
+from toolkit.cli._params import Checked, Number
 from toolkit.errors import InputError
 
 
+def _count(what: str) -> Checked:
+    return Checked(lambda text: validation.CORPUS_COUNT.check(lib.parse_count(text, what)), "count")
+
+
+def _overlap(text: str) -> None:
+    # The share of a chunk is checked against a 100-token chunk: the percentage itself is what can be wrong.
+    validation.OVERLAP_TOKENS.check(lib.parse_overlap(text, 100))
+
+
 @click.command(short_help="Chunks, storage and cost per query of a chunking configuration.")
-@click.option("--tokens", metavar="N", help="Corpus size in tokens: 65000, 65k, 1.5M, 10M.")
-@click.option("--words", metavar="N", help="Corpus size in words (times --tokens-per-word).")
-@click.option("--pages", metavar="N", help="Corpus size in pages (times --words-per-page and --tokens-per-word).")
-@click.option("--chunks", "chunk_total", metavar="N", help="Corpus size as a chunk count (e.g. 10M chunks).")
-@click.option("--words-per-page", type=float, default=500, show_default=True, help="For --pages.")
-@click.option("--tokens-per-word", type=float, default=1.3, show_default=True, help="For --words and --pages.")
+@click.option(
+    "--tokens", type=_count("corpus size in tokens"), metavar="N", help="Corpus size in tokens: 65000, 65k, 1.5M, 10M."
+)
+@click.option(
+    "--words", type=_count("corpus size in words"), metavar="N", help="Corpus size in words (times --tokens-per-word)."
+)
+@click.option(
+    "--pages",
+    type=_count("corpus size in pages"),
+    metavar="N",
+    help="Corpus size in pages (times --words-per-page and --tokens-per-word).",
+)
+@click.option(
+    "--chunks",
+    "chunk_total",
+    type=_count("chunk count"),
+    metavar="N",
+    help="Corpus size as a chunk count (e.g. 10M chunks).",
+)
+@click.option(
+    "--words-per-page", type=Number(validation.WORDS_PER_PAGE), default=500, show_default=True, help="For --pages."
+)
+@click.option(
+    "--tokens-per-word",
+    type=Number(validation.TOKENS_PER_WORD),
+    default=1.3,
+    show_default=True,
+    help="For --words and --pages.",
+)
 @click.option(
     "--corpus",
     multiple=True,
@@ -24,32 +58,75 @@ from toolkit.errors import InputError
     help="Count tokens and chunks for real in these files or folders (needs --chunker).",
 )
 @click.option("--chunker", "chunkers", multiple=True, metavar="SPEC", help="Chunker spec, e.g. markdown:400:40.")
-@click.option("--chunk", "chunk_sizes", multiple=True, type=int, help="Chunk size in tokens (repeatable).")
+@click.option(
+    "--chunk",
+    "chunk_sizes",
+    multiple=True,
+    type=Number(validation.CHUNK_TOKENS),
+    help="Chunk size in tokens (repeatable).",
+)
 @click.option(
     "--overlap",
     "overlaps",
     multiple=True,
+    type=Checked(_overlap, "overlap"),
     help="Overlap in tokens or as 10%; one per --chunk or one for all.",
 )
-@click.option("-k", "k", type=int, default=5, show_default=True, help="Chunks retrieved per query.")
-@click.option("--dims", multiple=True, type=int, help="Vector dimensions (repeatable). Default 1536.")
+@click.option(
+    "-k", "k", type=Number(validation.RESULTS), default=5, show_default=True, help="Chunks retrieved per query."
+)
+@click.option(
+    "--dims", multiple=True, type=Number(validation.DIMENSIONS), help="Vector dimensions (repeatable). Default 1536."
+)
 @click.option(
     "--storage",
     multiple=True,
     type=click.Choice(lib.STORAGE_TYPES),
     help="Vector storage type (repeatable). Default float32.",
 )
-@click.option("--embed-price", type=float, default=0.20, show_default=True, help="USD per million embedded tokens.")
-@click.option("--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens.")
-@click.option("--queries-per-day", metavar="N", help="Queries a day, for the daily input cost (e.g. 10k).")
-@click.option("--system-prompt-tokens", type=int, default=0, show_default=True, help="Added to every query.")
-@click.option("--question-tokens", type=int, default=0, show_default=True, help="Added to every query.")
+@click.option(
+    "--embed-price",
+    type=Number(validation.PRICE),
+    default=0.20,
+    show_default=True,
+    help="USD per million embedded tokens.",
+)
+@click.option(
+    "--input-price",
+    type=Number(validation.PRICE),
+    default=2.0,
+    show_default=True,
+    help="USD per million LLM input tokens.",
+)
+@click.option(
+    "--queries-per-day",
+    type=_count("queries per day"),
+    metavar="N",
+    help="Queries a day, for the daily input cost (e.g. 10k).",
+)
+@click.option(
+    "--system-prompt-tokens",
+    type=Number(validation.PROMPT_TOKENS),
+    default=0,
+    show_default=True,
+    help="Added to every query.",
+)
+@click.option(
+    "--question-tokens",
+    type=Number(validation.PROMPT_TOKENS),
+    default=0,
+    show_default=True,
+    help="Added to every query.",
+)
 @click.option(
     "--memory",
+    type=Checked(lambda text: validation.MEMORY_BYTES.check(lib.parse_size(text)), "size"),
     metavar="SIZE",
     help="A server's memory (e.g. 64GB): says whether each HNSW index fits one server or how many it needs.",
 )
-@click.option("--hnsw-m", type=click.IntRange(min=2), default=16, show_default=True, help="HNSW m, for the index size.")
+@click.option(
+    "--hnsw-m", type=Number(validation.HNSW_M), default=16, show_default=True, help="HNSW m, for the index size."
+)
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def estimate(
     tokens,

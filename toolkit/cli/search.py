@@ -7,25 +7,19 @@ import click
 
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli._params import Number
+from toolkit.validation import EF_SEARCH, RESULTS, VERSION_NUMBER
 
 COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
-
-
-def _check_k(ctx, param, value):
-    from toolkit.search import MAX_K  # imported here: `toolkit --help` stays instant
-
-    if value is not None and not 1 <= value <= MAX_K:
-        raise click.BadParameter(f"{value} is not a number of results from 1 to {MAX_K}.")
-    return value
 
 
 @click.command(short_help="Search as an application would: the serving version, pinned.")
 @click.argument("question")
 @click.option("--tenant", required=True, help="Search this tenant's chunks (row-level security applies).")
-@click.option("-k", "k", type=int, default=5, show_default=True, callback=_check_k, help="Results to return (1-1000).")
+@click.option("-k", "k", type=Number(RESULTS), default=5, show_default=True, help="Results to return (1-1000).")
 @click.option("--request-key", metavar="KEY", help="The request's key (e.g. a user id) for the canary split.")
 @click.option(
-    "--version", "version", type=click.IntRange(1, None), help="Search this version instead of the serving one."
+    "--version", "version", type=Number(VERSION_NUMBER), help="Search this version instead of the serving one."
 )
 @click.option("--hybrid", is_flag=True, help="Fuse full-text and vector ranks (finds codes and identifiers).")
 @click.option("--expand", metavar="parent|window:N", help="Return each hit's parent, or N chunks on each side.")
@@ -37,7 +31,7 @@ def _check_k(ctx, param, value):
     help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels; repeatable.",
 )
 @click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
-@click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this search (default 40).")
+@click.option("--ef-search", type=Number(EF_SEARCH), help="hnsw.ef_search for this search (default 40).")
 @FORMAT_OPTION
 def search(
     question, tenant, k, request_key, version, hybrid, expand, filters, principals, ef_search, output_format

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import click
 
+from toolkit import validation
 from toolkit.cli._output import FORMAT_OPTION, emit, to_json
+from toolkit.cli._params import Duration, Number
 from toolkit.cli.lifecycle import version_options
 
 
 @click.command(short_help="Send a share of requests (or whole tenants) to a verified candidate.")
 @version_options
-@click.option("--percent", type=float, help="Share of request keys served by the candidate, 0 to 100 (to 0.01).")
+@click.option(
+    "--percent",
+    type=Number(validation.CANARY_PERCENT),
+    help="Share of request keys served by the candidate, 0 to 100 (to 0.01).",
+)
 @click.option("--tenants", metavar="A,B", help="Whole tenants served by the candidate (comma-separated).")
 @click.option("--off", is_flag=True, help="End the canary: every request back to the active version.")
 @click.option("--force", is_flag=True, help="Allow a candidate without a current passing verification (audited).")
@@ -64,10 +70,16 @@ def canary(model_alias, chunker_spec, version, percent, tenants, off, force, rea
     "--queries", "queries_path", type=click.Path(exists=True, dir_okay=False), help="Questions (JSONL or text)."
 )
 @click.option("--from-log", is_flag=True, help="Replay the questions of the query log (toolkit query-log).")
-@click.option("--since", default="1d", show_default=True, help="With --from-log: questions logged this recently.")
+@click.option(
+    "--since",
+    type=Duration(validation.LOOKBACK_DAYS),
+    default="1d",
+    show_default=True,
+    help="With --from-log: questions logged this recently.",
+)
 @click.option("--tenant", help="The tenant of the questions (for a file without tenants; filters the log).")
 @click.option(
-    "-k", "k", type=click.IntRange(1, None), default=5, show_default=True, help="Results compared per question."
+    "-k", "k", type=Number(validation.RESULTS), default=5, show_default=True, help="Results compared per question."
 )
 @FORMAT_OPTION
 def shadow(model_alias, chunker_spec, version, queries_path, from_log, since, tenant, k, output_format) -> None:
@@ -112,8 +124,17 @@ def shadow(model_alias, chunker_spec, version, queries_path, from_log, since, te
 
 
 @click.command("query-log", short_help="Turn the opt-in question log on or off, and see it.")
-@click.option("--sample-rate", type=float, help="Share of searched questions to log, 0 to 1 (0 turns it off).")
-@click.option("--retention", metavar="DURATION", help="Keep logged questions this long: 30d, 12h.")
+@click.option(
+    "--sample-rate",
+    type=Number(validation.SAMPLE_RATE),
+    help="Share of searched questions to log, 0 to 1 (0 turns it off).",
+)
+@click.option(
+    "--retention",
+    type=Duration(validation.LOG_RETENTION_DAYS),
+    metavar="DURATION",
+    help="Keep logged questions this long: 30d, 12h.",
+)
 @click.option("--off", is_flag=True, help="Stop logging (the same as --sample-rate 0).")
 @click.option("--prune", is_flag=True, help="Delete the questions older than the retention now.")
 @FORMAT_OPTION

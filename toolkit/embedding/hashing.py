@@ -11,6 +11,7 @@ import zlib
 
 import numpy as np
 
+from toolkit import validation
 from toolkit.embedding.base import Embedder, positive_int, reject_unused
 from toolkit.errors import InputError
 
@@ -53,7 +54,7 @@ class HashingEmbedder(Embedder):
             size = int(name)
         else:
             raise InputError(f"The hashing model name {name!r} is not a number of dimensions; write e.g. hashing:64.")
-        size = positive_int(size, "dimensions")
+        size = validation.DIMENSIONS.check(positive_int(size, "dimensions"))
         if dimensions is not None and dimensions != size:
             raise InputError(
                 f"hashing:{name} has {size} dimensions but dimensions={dimensions} was asked; "

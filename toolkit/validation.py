@@ -1,0 +1,140 @@
+"""The values a user gives, checked before anything is written: one rule per kind of number (batch sizes,
+rates, prices, dimensions, k) and one check for text that PostgreSQL cannot store.
+
+The library functions call these rules; the command line uses the same rules as click parameter types
+(toolkit.cli._params), so a bad value is refused with the same sentence either way, as a usage error there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from toolkit.errors import InputError
+
+
+def _figure(value: float) -> str:
+    """A bound as people write it: 10,000 or 0.5, never 10000.0."""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,}"
+
+
+def shown(value) -> str:
+    """A value quoted back in a message: repr keeps NUL bytes and undecodable bytes visible and printable."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """What a numeric value may be: whole or not, and its range. ``check`` returns the value or raises
+    ``InputError`` with one sentence; NaN, infinities and booleans are never numbers here."""
+
+    what: str
+    minimum: float
+    maximum: float
+    whole: bool = True
+    above_minimum: bool = False
+    hint: str = ""
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        if self.above_minimum:
+            return f"{kind} above {_figure(self.minimum)} and at most {_figure(self.maximum)}"
+        return f"{kind} from {_figure(self.minimum)} to {_figure(self.maximum)}"
+
+    def refuse(self, value) -> InputError:
+        hint = f"; {self.hint}" if self.hint else ""
+        return InputError(f"{self.what[0].upper()}{self.what[1:]} must be {self.describe()}, not {shown(value)}{hint}.")
+
+    def check(self, value):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.refuse(value)
+        if isinstance(value, float):
+            if not math.isfinite(value) or (self.whole and not value.is_integer()):
+                raise self.refuse(value)
+            if self.whole:
+                value = int(value)
+        low_ok = value > self.minimum if self.above_minimum else value >= self.minimum
+        if not low_ok or value > self.maximum:
+            raise self.refuse(value)
+        return value
+
+    def check_optional(self, value):
+        """``None`` means the option was not given (no limit, the default); anything else is checked."""
+        return None if value is None else self.check(value)
+
+    def parse(self, text: str):
+        """A number typed by a user ("64", "0.5", "1e3"), checked."""
+        cleaned = str(text).strip().replace("_", "")
+        try:
+            number = int(cleaned) if self.whole else float(cleaned)
+        except ValueError:
+            if not self.whole:
+                raise self.refuse(text) from None
+            try:  # "1e3" is a whole number written as a float
+                number = float(cleaned)
+            except ValueError:
+                raise self.refuse(text) from None
+        try:
+            return self.check(number)
+        except InputError:
+            raise self.refuse(text) from None  # quote what was typed, not its conversion
+
+
+# One rule per kind of value; the bounds are where a larger value is a typo, not a plan.
+BATCH_DOCUMENTS = NumberRule("the ingest batch size (documents per transaction)", 1, 10_000)
+BATCH_ROWS = NumberRule("the backfill batch size (rows per embedding batch)", 1, 10_000)
+WORKERS = NumberRule("the number of embedding workers", 1, 64)
+REQUESTS_PER_MINUTE = NumberRule(
+    "the request rate (requests per minute)", 0, 1e9, whole=False, above_minimum=True, hint="omit it for no limit"
+)
+TOKENS_PER_MINUTE = NumberRule(
+    "the token rate (tokens per minute)", 0, 1e12, whole=False, above_minimum=True, hint="omit it for no limit"
+)
+COST_LIMIT = NumberRule("the cost limit (USD)", 0, 1e9, whole=False, hint="omit it for no limit")
+PRICE = NumberRule("the price (USD per million tokens)", 0, 1e6, whole=False)
+DIMENSIONS = NumberRule("the number of dimensions", 1, 16_000, hint="pgvector stores at most 16,000")
+MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
+# toolkit.search_max_k() in SQL; toolkit.search.MAX_K is this bound, and a test keeps the two equal.
+RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
+EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
+RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
+QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
+RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
+CHUNK_TOKENS = NumberRule("the chunk size (tokens)", 1, 1_000_000)
+OVERLAP_TOKENS = NumberRule("the overlap", 0, 1_000_000)
+PROMPT_TOKENS = NumberRule("the token count", 0, 10_000_000)
+WORDS_PER_PAGE = NumberRule("the words per page", 0, 100_000, whole=False, above_minimum=True)
+TOKENS_PER_WORD = NumberRule("the tokens per word", 0, 100, whole=False, above_minimum=True)
+VERSION_NUMBER = NumberRule("the version number", 1, 2_147_483_647)
+RETENTION_DAYS = NumberRule("the rollback window (days)", 0, 36_500, whole=False)
+LOOKBACK_DAYS = NumberRule("how far back to look (days)", 0, 36_500, whole=False)
+LOG_RETENTION_DAYS = NumberRule("the query-log retention (days)", 0, 36_500, whole=False)
+CANARY_PERCENT = NumberRule("the canary share (percent of request keys)", 0, 100, whole=False)
+SAMPLE_RATE = NumberRule("the sample rate (share of questions)", 0, 1, whole=False, hint="0 turns the log off")
+HNSW_M = NumberRule("HNSW m", 2, 100, hint="pgvector's range")
+MEMORY_BYTES = NumberRule("the memory size (bytes)", 1, 1e18, hint="that is more than any server holds")
+CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
+# No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
+MAX_ARGUMENT_CHARS = 10_000
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL cannot store ``value`` as text, or None. Bytes that are not UTF-8 reach Python as lone
+    surrogates (the file-system decoding of arguments and file names); a NUL byte ends a C string."""
+    for position, character in enumerate(value):
+        if character == "\x00":
+            return f"contains a NUL byte (character {position + 1}), which PostgreSQL text cannot hold"
+        if "\ud800" <= character <= "\udfff":
+            byte = ord(character) - 0xDC00 if "\udc80" <= character <= "\udcff" else None
+            what = f"byte 0x{byte:02x}" if byte is not None else "an unpaired surrogate"
+            return f"is not valid UTF-8 ({what} at character {position + 1})"
+    return None
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuses text that cannot be stored (not UTF-8, NUL bytes) with one sentence naming ``what``."""
+    problem = text_problem(value) if isinstance(value, str) else "is not text"
+    if problem:
+        raise InputError(f"{what[0].upper()}{what[1:]} {shown(value)} {problem}; pass it as UTF-8 text.")
+    return value
