@@ -66,3 +66,11 @@ def ready_version(
     versions.create_version_index(conn, v, maintenance_work_mem="64MB")
     versions.mark_version_ready(conn, v)
     return v
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that a test interrupts: a process started in the background by a non-interactive
+    shell (nohup, some CI runners) inherits SIGINT ignored, and Ctrl-C would then do nothing in the child."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -15,6 +15,7 @@ import time
 
 import pytest
 from conftest import _create_database, _drop_database, _with_database
+from support import default_sigint
 
 from toolkit import backfill, versions
 from toolkit.database import connect
@@ -106,6 +107,7 @@ def cli(url: str, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

@@ -255,8 +255,8 @@ ROWS = [
     # tenant (bindings of logins; matrix_reader exists)
     row("tenant grant", "login", ["tenant", "grant", V, "acme"], named(REFUSED, negative=USAGE)),
     row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(WRITE, negative=USAGE)),
-    # revoking from a login that does not exist changes nothing and says so as if it did (reported to the lead)
-    row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(READ, negative=USAGE)),
+    # revoking from a login that does not exist (and was never bound) is refused, naming it
+    row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(REFUSED, negative=USAGE)),
     row("tenant revoke", "tenants", ["tenant", "revoke", "matrix_reader", V], named(WRITE, negative=USAGE)),
     row("tenant list", "--format", "tenant list --format {}", choice()),
     # verify (a run records an evaluation: legal values write)

@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from fault_server import FaultServer
+from support import default_sigint
 
 from toolkit import versions
 from toolkit.cli import main
@@ -228,7 +229,11 @@ def test_an_interrupted_ingest_exits_at_once_and_keeps_the_batches_written(conn,
     remote.script({}, {"hold": True})  # the first document is answered; the second is held
     args = ["--database-url", database_url, "ingest", str(corpus), "--tenant", "acme", "--batch-size", "1"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "toolkit", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     try:
         # The second batch's request is sent while the first is written (overlap): wait for both events.

@@ -48,6 +48,11 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles AS x WHERE x.rolname = login)
+        AND NOT EXISTS (SELECT FROM toolkit.tenant_bindings AS b WHERE b.login = unbind_tenants.login) THEN
+        RAISE EXCEPTION 'there is no role named %, and no binding of one', quote_ident(login)
+            USING ERRCODE = 'undefined_object', HINT = 'List the bindings with toolkit tenant list.';
+    END IF;
     DELETE FROM toolkit.tenant_bindings AS b
     WHERE b.login = unbind_tenants.login AND (tenants IS NULL OR b.tenant = ANY (tenants));
     RETURN ARRAY(SELECT b.tenant FROM toolkit.tenant_bindings AS b WHERE b.login = unbind_tenants.login ORDER BY 1);
