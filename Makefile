@@ -32,7 +32,7 @@ lint: $(STAMP)
 # the default local model must stay within the tolerance of toolkit/data/sample/eval_baseline.json. Before pytest, so
 # that pytest's summary is the last line.
 test: lint
-	$(BIN)/python -m toolkit.eval_gate
+	$(BIN)/python -m toolkit.evaluation.gate
 	$(BIN)/python -m pytest
 
 format: $(STAMP)

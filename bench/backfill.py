@@ -130,8 +130,8 @@ def documents(count: int, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def store(url: str, docs: list[tuple[str, str]]) -> None:
-    from toolkit.database import connect
-    from toolkit.ingest import document_hash
+    from toolkit.db.connection import connect
+    from toolkit.store.documents import document_hash
 
     with (
         connect(url) as conn,
@@ -146,8 +146,8 @@ def store(url: str, docs: list[tuple[str, str]]) -> None:
 
 
 def register(url: str, base_url: str) -> None:
-    from toolkit.database import connect
-    from toolkit.models import register_model
+    from toolkit.db.connection import connect
+    from toolkit.store.models import register_model
 
     with connect(url) as conn:
         register_model(conn, "fast", "openai", "bench-model", dimensions=DIMS, base_url=base_url)
@@ -175,9 +175,9 @@ def run_cli_backfill(url: str, extra: list[str]) -> dict:
 def bare_copy(url: str, version: int) -> dict:
     from psycopg import sql
 
-    from toolkit import versions
-    from toolkit.database import connect
-    from toolkit.ingest import _COPY_TYPES, CHUNK_COLUMNS
+    from toolkit.db.connection import connect
+    from toolkit.store import versions
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS
 
     table = sql.Identifier("toolkit", f"chunks_v{version}")
     columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
@@ -209,8 +209,8 @@ def run_real_model(pg, rows: int, repeats: int) -> dict:
     from toolkit.backfill import backfill
     from toolkit.chunking import get_chunker
     from toolkit.chunking.base import compose_embed_text
-    from toolkit.database import connect
-    from toolkit.models import embedder_for_model, register_model
+    from toolkit.db.connection import connect
+    from toolkit.store.models import embedder_for_model, register_model
 
     url = pg.new_database("bench_backfill_minilm")
     docs = documents(rows, seed=1)

@@ -141,7 +141,7 @@ def peers(encoding):
     runners = {}
 
     from toolkit.chunking import get_chunker
-    from toolkit.tokens import Cl100kTokenizer, default_tokenizer
+    from toolkit.text.tokens import Cl100kTokenizer, default_tokenizer
 
     for spec in ("recursive", "markdown", "sentence", "fixed"):
         chunker = get_chunker(f"{spec}:{SIZE}:0")
@@ -262,7 +262,7 @@ def timed(work):
 
 
 def run(repeats: int) -> tuple[list[dict], dict]:
-    from toolkit.tokens import default_tokenizer, get_tokenizer, load_fastokens
+    from toolkit.text.tokens import default_tokenizer, get_tokenizer, load_fastokens
 
     socket.socket.connect = _refuse_network  # nothing may download during the run
     encoding = get_tokenizer()
@@ -327,7 +327,7 @@ def run(repeats: int) -> tuple[list[dict], dict]:
         )
         print(f"{name:32} {rows[-1]['mbps']:7.2f} MB/s  {rows[-1]['chunks']:6d} chunks", file=sys.stderr)
     from toolkit.chunking.markdown import _parser, parse_sections
-    from toolkit.tokens import fast_engine
+    from toolkit.text.tokens import fast_engine
 
     floors = {}
     # What `recursive` gives the engine is close to this: paragraphs (it splits the long ones into lines).

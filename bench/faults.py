@@ -113,7 +113,7 @@ class Server:
             conn.execute(f'CREATE DATABASE "{name}"')
         url = self.url(name)
         if migrated:
-            from toolkit import migrate
+            from toolkit.db import migrate
 
             migrate.upgrade(url)
         return url
@@ -162,8 +162,8 @@ def write_corpus(root: Path, documents: int, paragraphs: int) -> Path:
 
 
 def register(url: str) -> None:
-    from toolkit.database import connect
-    from toolkit.models import Model, insert_model
+    from toolkit.db.connection import connect
+    from toolkit.store.models import Model, insert_model
 
     with connect(url, autocommit=True) as conn:
         insert_model(conn, Model("h", "hashing", str(DIMS), DIMS, 8192))
@@ -171,7 +171,7 @@ def register(url: str) -> None:
 
 def state(url: str) -> dict:
     """Everything a crash could lose or duplicate: documents and every version's rows with their vectors."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     with connect(url, autocommit=True) as conn:
         documents = set(conn.execute("SELECT tenant, doc_id, content_hash FROM toolkit.documents").fetchall())
@@ -225,7 +225,7 @@ def count(url: str, query: str) -> int:
 
 def backfill_kills(server: Server, corpus: Path, trials: int, rng: random.Random) -> Scenario:
     from toolkit import backfill
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     scenario = Scenario("earlier trials", "kill -9 of `toolkit backfill` at a random point, then `--resume`")
@@ -265,7 +265,7 @@ def backfill_kills(server: Server, corpus: Path, trials: int, rng: random.Random
 def postgres_kills(server: Server, corpus: Path, trials: int, rng: random.Random) -> list[Scenario]:
     """kill -9 of the postmaster mid-ingest (even trials) and mid-backfill (odd ones)."""
     from toolkit import backfill
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     ingest_s = Scenario("earlier trials", "kill -9 of PostgreSQL during `toolkit ingest`, then the same command")
@@ -338,8 +338,8 @@ def migrations_next_to_readers(server: Server, corpus: Path, migrations: int, re
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from toolkit import backfill, versions
-    from toolkit.database import connect
+    from toolkit import backfill, cutover
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     scenario = Scenario(
@@ -353,7 +353,7 @@ def migrations_next_to_readers(server: Server, corpus: Path, migrations: int, re
         ingest(conn, [corpus], TENANT)
     version = backfill.backfill(url, "h", CHUNKER).version
     with connect(url, autocommit=True) as conn:
-        versions.activate_version(conn, version, force=True, reason="bench/faults.py")
+        cutover.activate_version(conn, version, force=True, reason="bench/faults.py")
         conn.execute("DROP ROLE IF EXISTS faults_reader")
         conn.execute("CREATE ROLE faults_reader LOGIN PASSWORD 'faults' IN ROLE toolkit_reader")
     reader_url = server.url("faults_readers", "faults_reader", "faults")
@@ -394,7 +394,7 @@ def migrations_next_to_readers(server: Server, corpus: Path, migrations: int, re
     wait_until = time.monotonic() + 30
     while queries[0] < readers * 5 and time.monotonic() < wait_until:
         time.sleep(0.01)
-    from toolkit import migrate as migrations_module
+    from toolkit.db import migrate as migrations_module
 
     revisions = migrations_module.revisions()
     runs = [("migrate",)] * migrations
@@ -433,7 +433,7 @@ def concurrent_migrates(server: Server, trials: int) -> Scenario:
 
 
 def downgrade_with_data(server: Server, corpus: Path) -> Scenario:
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     scenario = Scenario("15.2", "`toolkit migrate base --downgrade` of a database holding documents (no --force)")
@@ -458,7 +458,7 @@ def downgrade_with_data(server: Server, corpus: Path) -> Scenario:
 
 def bad_values(server: Server, corpus: Path) -> list[Scenario]:
     """Items 5-8 one by one: the value, what the command did, and whether anything was written."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     url = server.create("faults_values")
     register(url)
@@ -540,7 +540,7 @@ def matrix() -> Scenario:
 
 def heading_only(server: Server) -> Scenario:
     from toolkit import backfill
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     scenario = Scenario("15.10", "a Markdown file that is only `# hello`, ingested into a `markdown:400:40` version")

@@ -109,20 +109,20 @@ class Server:
         self.prefix = prefix
 
     def __enter__(self) -> Server:
-        from toolkit import database, migrate
+        from toolkit.db import migrate, server
 
         self.data_dir = Path(tempfile.mkdtemp(prefix=self.prefix, dir="/tmp"))
         self.data_dir.chmod(0o755)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.url = database.start_embedded(self.data_dir).url
+            self.url = server.start_embedded(self.data_dir).url
         migrate.upgrade(self.url)
         return self
 
     def __exit__(self, *exc) -> None:
-        from toolkit import database
+        from toolkit.db import server
 
-        database.stop_embedded(self.data_dir)
+        server.stop_embedded(self.data_dir)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def new_database(self, name: str) -> str:
@@ -131,7 +131,7 @@ class Server:
         import psycopg
         from psycopg import sql
 
-        from toolkit import migrate
+        from toolkit.db import migrate
 
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -140,7 +140,7 @@ class Server:
         return url
 
     def settings(self) -> dict:
-        from toolkit.database import check_server, connect
+        from toolkit.db.connection import check_server, connect
 
         with connect(self.url, autocommit=True) as conn:
             info = check_server(conn)
@@ -157,7 +157,7 @@ def checkpoint(conn) -> None:
 
 
 def register_hashing(conn, alias: str = "hash384") -> str:
-    from toolkit.models import Model, insert_model
+    from toolkit.store.models import Model, insert_model
 
     insert_model(
         conn,
@@ -167,8 +167,8 @@ def register_hashing(conn, alias: str = "hash384") -> str:
 
 
 def new_version(conn, alias: str, spec: str, chunker_version: str | None = None) -> int:
-    from toolkit import versions
     from toolkit.chunking import get_chunker
+    from toolkit.store import versions
 
     return versions.create_version(conn, alias, spec, chunker_version or get_chunker(spec).version)
 
@@ -182,7 +182,7 @@ def measure_ingest(url: str, corpus: Path, spec: str, overlap: bool = True) -> t
     """(a) ingest() into a fresh version, as ``toolkit ingest`` runs it (a non-autocommit connection). With
     ``overlap=False`` the next batch is prepared only after the current one is written, so the write stage is
     timed alone (with the overlap, chunking in the worker thread competes with it for the interpreter)."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     with connect(url) as conn:
@@ -210,7 +210,7 @@ def measure_ingest(url: str, corpus: Path, spec: str, overlap: bool = True) -> t
 def measure_ingest_as_writer(server: Server, corpus: Path, spec: str) -> dict:
     """(a') The same ingest as a login role in toolkit_writer (the least-privilege setup): row-level security
     applies, so ingest writes through a temporary table and INSERT … SELECT instead of COPY into the table."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
 
     url = server.new_database("bench_writer")
@@ -240,7 +240,7 @@ def measure_ingest_as_writer(server: Server, corpus: Path, spec: str) -> dict:
 def stored_rows(conn, version: int) -> list[tuple]:
     from psycopg import sql
 
-    from toolkit.ingest import CHUNK_COLUMNS
+    from toolkit.store.chunk_table import CHUNK_COLUMNS
 
     return conn.execute(
         sql.SQL("SELECT {} FROM {} ORDER BY tenant, doc_id, position").format(
@@ -254,8 +254,8 @@ def measure_bare_copy(url: str, rows: list[tuple], spec: str, batch_documents: i
     ingest's transaction boundaries cost) one COPY and commit per ``batch_documents`` documents."""
     from psycopg import sql
 
-    from toolkit.database import connect
-    from toolkit.ingest import _COPY_TYPES, CHUNK_COLUMNS
+    from toolkit.db.connection import connect
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS
 
     doc_column = CHUNK_COLUMNS.index("doc_id")
     documents = [list(group) for _, group in itertools.groupby(rows, key=lambda row: row[doc_column])]
@@ -298,8 +298,8 @@ def measure_langchain(url: str, rows: list[tuple], limit: int) -> dict:
     from langchain_core.embeddings import Embeddings
     from langchain_postgres import PGEngine, PGVectorStore
 
-    from toolkit.database import connect
-    from toolkit.ingest import CHUNK_COLUMNS
+    from toolkit.db.connection import connect
+    from toolkit.store.chunk_table import CHUNK_COLUMNS
 
     class Unused(Embeddings):
         # add_embeddings is given the vectors; the store still wants an embedding service.
@@ -367,7 +367,7 @@ def embed_texts(conn, version: int) -> list[str]:
 def corpus_embed_texts(corpus: Path, embedder) -> list[str]:
     """The texts ingest will send to the model for this corpus (to time the bare model before ingest runs)."""
     from toolkit.chunking import get_chunker
-    from toolkit.sources import read_documents
+    from toolkit.text.sources import read_documents
 
     chunker = get_chunker(CHUNKER, embedder=embedder)
     return [
@@ -392,9 +392,9 @@ def measure_real_model(server: Server, corpus: Path, alias: str, provider: str, 
     """ingest() with a real model on a small corpus (its own database, one version), then the same embedder's
     bare embed_documents on the chunk texts ingest embedded. The model is loaded (and warmed) before either
     is timed, so neither pays for loading it."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
-    from toolkit.models import embedder_for_model, register_model
+    from toolkit.store.models import embedder_for_model, register_model
 
     url = server.new_database(f"bench_{alias.replace('-', '_')}")
     with connect(url) as conn:
@@ -446,7 +446,7 @@ def run(args) -> dict:
             results["load_average_start"] = load_average()
             results["ingest"], version = measure_ingest(server.url, work / "big", CHUNKER)
             print(f"ingest (prepare overlapping write): {results['ingest']}", flush=True)
-            from toolkit.database import connect
+            from toolkit.db.connection import connect
 
             with connect(server.url) as conn:
                 rows = stored_rows(conn, version)

@@ -94,8 +94,8 @@ def percentile(samples: list[float], share: float) -> float:
 def store_documents(url: str, rows: int, seed: int) -> dict:
     """Stores generated Markdown documents (about ``rows`` chunks) in toolkit.documents, as ingest would."""
     from toolkit.chunking import get_chunker
-    from toolkit.database import connect
-    from toolkit.ingest import document_hash
+    from toolkit.db.connection import connect
+    from toolkit.store.documents import document_hash
 
     vocab = vocabulary()
     rng = np.random.default_rng(seed)
@@ -146,8 +146,8 @@ def measure_real_backfill(server: Server, rows: int, repeats: int) -> dict:
     from psycopg import sql
 
     from toolkit.chunking.base import compose_embed_text
-    from toolkit.database import connect
-    from toolkit.models import embedder_for_model, register_model
+    from toolkit.db.connection import connect
+    from toolkit.store.models import embedder_for_model, register_model
 
     alias, provider, name = REAL_MODEL
     url = server.new_database("bench_real_backfill")
@@ -195,9 +195,9 @@ def measure_index_build(url: str, rows: list[tuple]) -> dict:
     index is built after the load (the backfill's way; maintenance_work_mem 512MB as finalize_version sets it)."""
     from psycopg import sql
 
-    from toolkit import versions
-    from toolkit.database import connect
-    from toolkit.ingest import _COPY_TYPES, CHUNK_COLUMNS
+    from toolkit.db.connection import connect
+    from toolkit.store import versions
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS
 
     def load(conn, version: int) -> float:
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
@@ -238,22 +238,22 @@ def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: f
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from toolkit import versions
-    from toolkit.database import connect
+    from toolkit import cutover
+    from toolkit.db.connection import connect
 
     conn = connect(url, autocommit=True)
-    versions.activate_version(conn, first, force=True, reason="bench")
+    cutover.activate_version(conn, first, force=True, reason="bench")
     idle_ms = []  # the same swaps with no reader running, for comparison
     for i in range(min(swaps, 20)):
         started = time.perf_counter()
         if i % 2 == 0:
-            versions.activate_version(conn, second, force=True, reason="bench")
+            cutover.activate_version(conn, second, force=True, reason="bench")
         else:
-            versions.rollback_version(conn, reason="bench")
+            cutover.rollback_version(conn, reason="bench")
         idle_ms.append((time.perf_counter() - started) * 1000)
         time.sleep(pause_s)
     if len(idle_ms) % 2:
-        versions.rollback_version(conn, reason="bench")
+        cutover.rollback_version(conn, reason="bench")
     stop = threading.Event()
     lock = threading.Lock()
     samples: list[tuple[float, float]] = []  # (ended at, seconds)
@@ -316,9 +316,9 @@ def measure_cutover(url: str, first: int, second: int, swaps: int, baseline_s: f
     for i in range(swaps):
         started = time.perf_counter()
         if i % 2 == 0:
-            versions.activate_version(conn, second, force=True, reason="bench")
+            cutover.activate_version(conn, second, force=True, reason="bench")
         else:
-            versions.rollback_version(conn, reason="bench")
+            cutover.rollback_version(conn, reason="bench")
         swap_ms.append((time.perf_counter() - started) * 1000)
         time.sleep(pause_s)
     swaps_to = time.perf_counter()
@@ -380,7 +380,7 @@ def measure_pin_cost(url: str, version: int, rounds: int) -> dict:
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     with connect(url, autocommit=True) as conn:
         for name in ("bench_app", "bench_bound"):
@@ -435,12 +435,13 @@ def measure_pinned_cutover(url: str, first: int, second: int, swaps: int, pause_
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from toolkit import versions
-    from toolkit.database import connect
+    from toolkit import cutover
+    from toolkit.db.connection import connect
+    from toolkit.store import versions
 
     conn = connect(url, autocommit=True)
     if versions.active_version(conn) != first:
-        versions.activate_version(conn, first, force=True, reason="bench")
+        cutover.activate_version(conn, first, force=True, reason="bench")
     stop = threading.Event()
     lock = threading.Lock()
     errors: list[str] = []
@@ -479,9 +480,9 @@ def measure_pinned_cutover(url: str, first: int, second: int, swaps: int, pause_
     for i in range(swaps):
         started = time.perf_counter()
         if i % 2 == 0:
-            versions.activate_version(conn, second, force=True, reason="bench")
+            cutover.activate_version(conn, second, force=True, reason="bench")
         else:
-            versions.rollback_version(conn, reason="bench")
+            cutover.rollback_version(conn, reason="bench")
         swap_ms.append((time.perf_counter() - started) * 1000)
         time.sleep(pause_s)
     stop.set()
@@ -505,7 +506,7 @@ def measure_pinned_cutover(url: str, first: int, second: int, swaps: int, pause_
 
 
 def run(args) -> dict:
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     results: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "chunker": CHUNKER, "dims": DIMS}
     with Server("toolkit-bench-lifecycle-") as server:

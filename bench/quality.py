@@ -1,6 +1,6 @@
 """The retrieval-quality sweep of docs/evaluation.md: chunkers x sizes x context x retrieval modes, on the bundled
 sample set (PostgreSQL manual, 260 template questions) and the plain-text set (bench/data/plain: licences and the
-Python reference, 59 hand-written questions), with MiniLM and e5, k = 5, through `toolkit.evaluate` exactly as
+Python reference, 59 hand-written questions), with MiniLM and e5, k = 5, through `toolkit.evaluation.offline` exactly as
 `toolkit eval` runs it (exact cosine, BM25 over PostgreSQL's lexemes, passages within k x size tokens).
 
 Prints one Markdown table per model and set (span recall and IoU as Chroma's report defines them, recall@5,
@@ -54,7 +54,7 @@ RETRIEVALS = "vector,hybrid:assemble=off,hybrid:rrf_k=60,hybrid"
 
 
 def sets(names: list[str]) -> dict:
-    from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
+    from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
     known = {"sample": (SAMPLE_DOCS, SAMPLE_QUERIES), "plain": (PLAIN / "docs", PLAIN / "queries.jsonl")}
     return {name: known[name] for name in names}
@@ -124,7 +124,7 @@ def chunking_cost(model_ref: str) -> list[str]:
     from toolkit.chunking.recursive import split_range
     from toolkit.chunking.sentence import sentence_spans
     from toolkit.embedding import get_embedder
-    from toolkit.queries import read_sample_documents
+    from toolkit.evaluation.queries import read_sample_documents
 
     embedder = get_embedder(model_ref)
     # Two chapters (70 KB): the cost is per piece and per byte, and cold embedding of all 492 KB takes minutes.
@@ -186,9 +186,9 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
     """The lexical side on one configuration: BM25's k1 and b, the text search configuration, RRF's k, the
     candidates per list, full text alone, and the ranking used before BM25 (ts_rank_cd), each with assembly."""
     from toolkit.chunking import get_chunker
-    from toolkit.evaluate import evaluate, read_corpus, score_config
-    from toolkit.queries import load_queries
-    from toolkit.retrieval import cosine_distances, fuse, order_by
+    from toolkit.evaluation.offline import evaluate, read_corpus, score_config
+    from toolkit.evaluation.queries import load_queries
+    from toolkit.evaluation.retrieval import cosine_distances, fuse, order_by
 
     report = evaluate(docs, queries, LEXICAL_SPEC, embedder=embedder, k=5, cache=cache, retrieval=LEXICAL_RETRIEVALS,
                       conn=conn)  # fmt: skip
@@ -217,11 +217,11 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
 
 
 def main() -> None:
-    from toolkit import migrate
-    from toolkit.database import connect, start_embedded, stop_embedded
+    from toolkit.db import migrate
+    from toolkit.db.connection import connect, start_embedded, stop_embedded
     from toolkit.embedding import get_embedder
-    from toolkit.embedding_cache import EmbeddingCache, default_cache_dir
-    from toolkit.evaluate import evaluate
+    from toolkit.evaluation.cache import EmbeddingCache, default_cache_dir
+    from toolkit.evaluation.offline import evaluate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))

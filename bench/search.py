@@ -75,32 +75,32 @@ class Bench:
 
     # -- setup --------------------------------------------------------------------------------------------
     def start(self) -> None:
-        from toolkit import database, migrate
+        from toolkit.db import connection, migrate, server
 
         self.data_dir = Path(tempfile.mkdtemp(prefix="toolkit-bench-search-", dir="/tmp"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            db = database.start_embedded(self.data_dir)
-            with database.connect(db.url, autocommit=True, register_vector=False) as conn:
+            db = server.start_embedded(self.data_dir)
+            with connection.connect(db.url, autocommit=True, register_vector=False) as conn:
                 conn.execute(f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'")
-            database.stop_embedded(self.data_dir)
-            db = database.start_embedded(self.data_dir)
+            server.stop_embedded(self.data_dir)
+            db = server.start_embedded(self.data_dir)
         self.url = db.url
         migrate.upgrade(self.url)
-        self.owner = database.connect(self.url, autocommit=True)  # a superuser: row-level security is bypassed
-        self.reader = database.connect(self.url, autocommit=True)
+        self.owner = connection.connect(self.url, autocommit=True)  # a superuser: row-level security is bypassed
+        self.reader = connection.connect(self.url, autocommit=True)
         self.reader.execute("SET ROLE toolkit_reader")
-        info = database.check_server(self.owner)
+        info = connection.check_server(self.owner)
         buffers = self.owner.execute("SHOW shared_buffers").fetchone()[0]
         self.results.update(server=info["server_version"], pgvector=info["pgvector_version"], buffers=buffers)
 
     def stop(self) -> None:
-        from toolkit import database
+        from toolkit.db import server
 
         for conn in (getattr(self, "reader", None), getattr(self, "owner", None)):
             if conn is not None:
                 conn.close()
-        database.stop_embedded(self.data_dir)
+        server.stop_embedded(self.data_dir)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def make_data(self) -> None:
@@ -121,8 +121,9 @@ class Bench:
         self.results["similarity"] = (float(nearest[:, -1].mean()), float(nearest[:, 0].mean()))
 
     def load(self, storage: str) -> int:
-        from toolkit import versions
-        from toolkit.models import Model, insert_model
+        from toolkit import cutover
+        from toolkit.store import versions
+        from toolkit.store.models import Model, insert_model
 
         conn = self.owner
         if storage == "vector":
@@ -168,7 +169,7 @@ class Bench:
         versions.create_version_index(conn, v, maintenance_work_mem="1GB")
         built = time.perf_counter() - started
         versions.mark_version_ready(conn, v)
-        versions.activate_version(conn, v, force=True)
+        cutover.activate_version(conn, v, force=True)
         sizes = conn.execute(
             "SELECT pg_table_size(%s::regclass), pg_relation_size(%s::regclass)",
             (table, f"{table}_embedding_idx"),

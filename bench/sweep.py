@@ -1,5 +1,5 @@
 """The chunking sweep of docs/evaluation.md: six chunker configurations on the bundled sample corpus (seven
-PostgreSQL manual chapters, 260 labelled queries), embedded with a real model, through `toolkit.evaluate`.
+PostgreSQL manual chapters, 260 labelled queries), embedded with a real model, through `toolkit.evaluation.offline`.
 
 Prints the table as Markdown, writes the frontier plot (/tmp/toolkit-sweep.png by default; docs/frontier.png is
 bench/quality.py's) and the full report as JSON. Vector ranking, k chunks per question: the chunkers alone.
@@ -73,9 +73,10 @@ def recall_by_kind(report, queries_path: Path) -> str:
 
 def main() -> None:
     from toolkit.embedding import get_embedder
-    from toolkit.embedding_cache import EmbeddingCache, default_cache_dir
-    from toolkit.evaluate import evaluate, plot_frontier
-    from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
+    from toolkit.evaluation.cache import EmbeddingCache, default_cache_dir
+    from toolkit.evaluation.frontier import plot_frontier
+    from toolkit.evaluation.offline import evaluate
+    from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="e5:multilingual-e5-small")

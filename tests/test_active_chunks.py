@@ -11,7 +11,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
 
 QUERY = "SELECT version, chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 10"
 
@@ -26,11 +26,11 @@ def test_query_uses_the_hnsw_index_before_and_after_a_cutover_across_dimensions(
     make_model("wide", 24)
     v1 = ready_version(conn, "small", 8, {"a": 3000})
     v2 = ready_version(conn, "wide", 24, {"a": 3000}, seed=1)
-    versions.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v1, force=True)
     view_oid = conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0]
     before = plan(conn, np.ones(8, dtype=np.float32))
     assert f"Index Scan using chunks_v{v1}_embedding_idx on chunks_v{v1}" in before
-    versions.activate_version(conn, v2, force=True)
+    cutover.activate_version(conn, v2, force=True)
     after = plan(conn, np.ones(24, dtype=np.float32))
     assert f"Index Scan using chunks_v{v2}_embedding_idx on chunks_v{v2}" in after
     assert conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0] == view_oid
@@ -42,11 +42,11 @@ def test_halfvec_versions_use_their_index_and_swap_with_vector_versions(conn, ma
     make_model("m1", 16)
     vec = ready_version(conn, "m1", 16, {"a": 3000})
     half = ready_version(conn, "m1", 16, {"a": 3000}, storage="halfvec", seed=1)
-    versions.activate_version(conn, half, force=True)
+    cutover.activate_version(conn, half, force=True)
     assert f"Index Scan using chunks_v{half}_embedding_idx" in plan(conn, np.ones(16, dtype=np.float32))
-    versions.activate_version(conn, vec, force=True)
+    cutover.activate_version(conn, vec, force=True)
     assert f"Index Scan using chunks_v{vec}_embedding_idx" in plan(conn, np.ones(16, dtype=np.float32))
-    versions.rollback_version(conn)
+    cutover.rollback_version(conn)
     options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'toolkit.active_chunks'::regclass")
     assert options.fetchone()[0] == ["security_invoker=true"]
 
@@ -55,7 +55,7 @@ def test_the_active_model_is_exposed_to_applications(conn, make_model):
     make_model("m1", 8, query_prefix="query: ")
     v = ready_version(conn, "m1", 8, {"a": 10})
     assert conn.execute("SELECT * FROM toolkit.active_model()").fetchall() == []
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     with conn.transaction():
         conn.execute("SET LOCAL ROLE toolkit_reader")
         row = conn.execute(
@@ -71,7 +71,7 @@ def test_readers_see_no_error_and_no_mixed_result_through_20_cutovers(conn, data
     make_model("m2", 8)
     v1 = ready_version(conn, "m1", 8, {"a": 400, "b": 400})
     v2 = ready_version(conn, "m2", 8, {"a": 400, "b": 400}, seed=1)
-    versions.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v1, force=True)
 
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -105,9 +105,9 @@ def test_readers_see_no_error_and_no_mixed_result_through_20_cutovers(conn, data
         t.start()
     time.sleep(0.3)
     for _ in range(10):
-        versions.activate_version(conn, v2, force=True)
+        cutover.activate_version(conn, v2, force=True)
         time.sleep(0.02)
-        versions.rollback_version(conn)
+        cutover.rollback_version(conn)
         time.sleep(0.02)
     time.sleep(0.2)
     stop.set()

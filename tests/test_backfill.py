@@ -17,10 +17,11 @@ import pytest
 from conftest import _create_database, _drop_database, _with_database
 from support import default_sigint
 
-from toolkit import backfill, versions
-from toolkit.database import connect
+from toolkit import backfill
+from toolkit.db.connection import connect
 from toolkit.ingest import ingest
-from toolkit.models import Model, insert_model
+from toolkit.store import versions
+from toolkit.store.models import Model, insert_model
 
 CHUNKER = "markdown:40:0"
 
@@ -164,7 +165,7 @@ def test_sigint_stops_after_the_batch_in_flight_and_resume_finishes(database_url
     # it, Ctrl-C is sent while it is held, and the process must say it stops, finish that batch, and exit 130.
     from fault_server import FaultServer
 
-    from toolkit.models import register_model
+    from toolkit.store.models import register_model
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     server = FaultServer(dims=16)
@@ -340,7 +341,7 @@ def test_rows_an_older_toolkit_left_without_embeddings_are_finished_reusing_thei
     # embeddings. The documents holding them are rewritten whole; vectors already stored are reused.
     from toolkit.chunking import get_chunker
     from toolkit.embedding import get_embedder
-    from toolkit.ingest import LiveVersion, chunk_row, copy_chunk_rows, live_versions
+    from toolkit.store.chunk_table import LiveVersion, chunk_row, copy_chunk_rows, live_versions
 
     prepare(database_url, corpus)
     with connect(database_url) as conn:
@@ -387,7 +388,8 @@ def test_deleting_a_document_waits_for_the_batch_that_claimed_it(database_url, c
     # The delete must wait for the batch, then remove the rows it wrote: no orphan rows without a document.
     import threading
 
-    from toolkit.ingest import delete_documents, live_versions
+    from toolkit.store.chunk_table import live_versions
+    from toolkit.store.documents import delete_documents
 
     prepare(database_url, corpus)
     with connect(database_url, autocommit=True) as conn:
@@ -399,7 +401,7 @@ def test_deleting_a_document_waits_for_the_batch_that_claimed_it(database_url, c
     assert claimed == [("doc01.md",)]
     target = next(t for t in live_versions(batch) if t.version == version)
     from toolkit.embedding import get_embedder
-    from toolkit.ingest import chunk_row, copy_chunk_rows
+    from toolkit.store.chunk_table import chunk_row, copy_chunk_rows
 
     text = batch.execute("SELECT raw_text FROM toolkit.documents WHERE doc_id = 'doc01.md'").fetchone()[0]
     chunks = target.chunker.chunk(text, doc_id="doc01.md")

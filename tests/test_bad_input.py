@@ -321,10 +321,10 @@ def snapshot(url: str) -> dict:
 def world(pg_admin_url, migrated_template, tmp_path_factory):
     """A database with a hashing model `h`, three documents for tenant acme, version 1 built and active;
     files for the commands to read; a data directory no case may touch."""
-    from toolkit import backfill, versions
-    from toolkit.database import connect
+    from toolkit import backfill, cutover
+    from toolkit.db.connection import connect
     from toolkit.ingest import ingest
-    from toolkit.models import Model, insert_model
+    from toolkit.store.models import Model, insert_model
 
     root = tmp_path_factory.mktemp("bad-input")
     corpus = root / "corpus"
@@ -341,7 +341,7 @@ def world(pg_admin_url, migrated_template, tmp_path_factory):
     report = backfill.backfill(url, "h", "markdown:40:0")
     backfill.backfill(url, "h", "fixed:40:0")  # version 2: ready, a candidate for a canary or a shadow
     with connect(url, autocommit=True) as conn:
-        versions.activate_version(conn, report.version, force=True, reason="test setup")
+        cutover.activate_version(conn, report.version, force=True, reason="test setup")
         conn.execute("CREATE ROLE matrix_reader LOGIN IN ROLE toolkit_reader")
     places = {"corpus": str(corpus), "queries": str(queries), "file": str(corpus / "doc0.md")}
     yield {"url": url, "root": root, "places": places}
@@ -397,7 +397,7 @@ def test_bad_value(world, monkeypatch, r: Row, kind: str):
 
 
 def test_hostile_but_legal_strings_are_stored_verbatim(world, database_url, tmp_path):
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -435,7 +435,7 @@ def test_a_non_utf8_argument_from_a_real_process_is_a_usage_error(world):
 
 
 def test_a_file_whose_name_is_not_utf8_is_skipped_and_the_others_are_stored(database_url, tmp_path, make_model):
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -482,7 +482,7 @@ def test_backfill_refuses_a_bad_value_before_it_creates_the_version(conn, databa
     [("price_per_million_tokens", math.nan), ("price_per_million_tokens", -1.0), ("max_input_tokens", 0)],
 )
 def test_model_registration_refuses_nan_prices_and_zero_limits(conn, keyword, value):
-    from toolkit.models import register_model
+    from toolkit.store.models import register_model
 
     with pytest.raises(InputError, match="must be"):
         register_model(conn, "h", "hashing", "8", **{keyword: value})

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 from support import ready_version
 
-from toolkit import serving, versions
+from toolkit import cutover, serving
 from toolkit.cli import main
 from toolkit.errors import StateError
+from toolkit.store import versions
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def two(conn, make_model):
     make_model("m2", 8, model_name="8", options={"seed": 3})
     active = ready_version(conn, "m1", 8, {"a": 20, "b": 20, "c": 20}, seed=1)
     candidate = ready_version(conn, "m2", 8, {"a": 20, "b": 20, "c": 20}, seed=2)
-    versions.activate_version(conn, active, force=True)
+    cutover.activate_version(conn, active, force=True)
     return active, candidate
 
 
@@ -107,12 +108,12 @@ def test_a_cutover_promotes_the_canary_and_a_rollback_ends_it(conn, two):
     active, candidate = two
     serving.set_canary(conn, candidate, 30, force=True)
     with pytest.raises(StateError, match="serves a canary"):
-        versions.retire_version(conn, candidate)
-    versions.rollback_version(conn, reason="bad canary")
+        cutover.retire_version(conn, candidate)
+    cutover.rollback_version(conn, reason="bad canary")
     assert serving.canary_status(conn) is None
     assert versions.active_version(conn) == active  # the active version stayed
     serving.set_canary(conn, candidate, 30, force=True)
-    versions.activate_version(conn, candidate, force=True)
+    cutover.activate_version(conn, candidate, force=True)
     assert serving.canary_status(conn) is None
     assert versions.active_version(conn) == candidate
     details = conn.execute(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
+from toolkit.store import versions
 
 
 def test_catalog_lints(conn, make_model):
@@ -12,7 +13,7 @@ def test_catalog_lints(conn, make_model):
     v1 = ready_version(conn, "m1", 8, {"a": 5})
     ready_version(conn, "m1", 8, {"a": 5}, storage="halfvec")
     versions.create_version(conn, "m1", "fixed:5:0", "fixed:5:0@1")
-    versions.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v1, force=True)
 
     chunk_tables = conn.execute(
         "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity,"

@@ -10,8 +10,8 @@ from toolkit.chunking import STRATEGIES, get_chunker
 from toolkit.chunking.base import document_title
 from toolkit.embedding import get_embedder
 from toolkit.errors import InputError
-from toolkit.evaluate import evaluate
-from toolkit.queries import read_sample_documents
+from toolkit.evaluation.offline import evaluate
+from toolkit.evaluation.queries import read_sample_documents
 
 SAMPLE = read_sample_documents()
 HASHING = get_embedder("hashing:16")

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from toolkit.chunking import get_chunker
-from toolkit.scoring import bow_cosine
+from toolkit.evaluation.bag_of_words import bow_cosine
 
 TEXT = (
     "Orders can be returned within 30 days of delivery for a full refund. "

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from toolkit import database, migrate
 from toolkit.cli import main
+from toolkit.db import connection, migrate, server
 from toolkit.errors import DatabaseError
 
 
@@ -20,7 +20,7 @@ def data_dir():
     directory = Path(tempfile.mkdtemp(prefix="toolkit-test-cli-"))
     directory.chmod(0o755)
     yield directory / "pg"
-    database.stop_embedded(directory / "pg")
+    server.stop_embedded(directory / "pg")
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -54,13 +54,13 @@ def test_an_unreachable_database_is_a_clear_error():
 
 
 def test_servers_below_the_minimum_are_refused_with_the_fix(conn, monkeypatch):
-    assert database.check_server(conn)["pgvector_version"].startswith("0.")
-    monkeypatch.setattr(database, "MIN_PGVECTOR", (99, 0, 0))
+    assert connection.check_server(conn)["pgvector_version"].startswith("0.")
+    monkeypatch.setattr(connection, "MIN_PGVECTOR", (99, 0, 0))
     with pytest.raises(DatabaseError, match=r"pgvector 0\.\d+\.\d+ is too old.*ALTER EXTENSION vector UPDATE"):
-        database.check_server(conn)
-    monkeypatch.setattr(database, "MIN_SERVER_VERSION_NUM", 990000)
+        connection.check_server(conn)
+    monkeypatch.setattr(connection, "MIN_SERVER_VERSION_NUM", 990000)
     with pytest.raises(DatabaseError, match=r"PostgreSQL 1\d\.\d+ is too old"):
-        database.check_server(conn)
+        connection.check_server(conn)
 
 
 # A process that is its children's subreaper and never reaps them: a postmaster killed with kill -9 stays a
@@ -73,7 +73,7 @@ from pathlib import Path
 ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 from click.testing import CliRunner
 from toolkit.cli import main
-from toolkit.database import connect, translate_errors
+from toolkit.db.connection import connect, translate_errors
 from toolkit.errors import DatabaseError
 
 data_dir = sys.argv[1]
@@ -144,7 +144,7 @@ def test_db_start_right_after_kill_9_succeeds_the_first_time(data_dir):
 
 
 def test_a_terminated_session_and_a_refused_connection_are_one_line(database_url):
-    from toolkit.database import connect, translate_errors
+    from toolkit.db.connection import connect, translate_errors
 
     session = connect(database_url, autocommit=True)
     with psycopg.connect(database_url, autocommit=True) as admin:
@@ -170,7 +170,7 @@ def test_a_terminated_session_and_a_refused_connection_are_one_line(database_url
 
 
 def test_migrate_says_where_it_started_and_that_head_is_already_there(database_url):
-    from toolkit import migrate
+    from toolkit.db import migrate
 
     head, previous = migrate.head_revision(), migrate.revisions()[-2]
     runner = CliRunner()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from toolkit import database
 from toolkit.cli import main
+from toolkit.db import server
 from toolkit.demo import run_demo
 
 
@@ -27,7 +27,7 @@ def test_the_demo_runs_the_whole_lifecycle_with_real_models():
         assert status.exit_code == 0, status.output
         assert "toolkit_demo" in shown and "active" in status.output and "ready" in status.output
     finally:
-        database.stop_embedded(directory / "pg")
+        server.stop_embedded(directory / "pg")
         shutil.rmtree(directory, ignore_errors=True)
     text = "\n".join(lines)
     for step in range(1, 12):

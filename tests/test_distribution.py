@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
+from toolkit.store import versions
 
 DISTRIBUTION_COLUMN = "tenant"
 # Tables that carry a tenant column and are still copied to every node (none today).
@@ -98,7 +99,7 @@ def test_every_toolkit_table_follows_the_distribution_rules(conn, make_model):
     make_model("m2", 16)
     v1 = ready_version(conn, "m1", 8, {"a": 3})
     versions.create_version(conn, "m2", "fixed:5:0", "fixed:5:0@1", storage="halfvec")
-    versions.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v1, force=True)
 
     kind = placement(conn)
     chunk_tables = sorted(name for name in kind if name.startswith("chunks_v"))

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from toolkit import database
 from toolkit.cli import main
+from toolkit.db import server as embedded
 from toolkit.embedding import get_embedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,7 +103,7 @@ def server():
             os.environ.pop("TOOLKIT_DATA_DIR", None)
         else:
             os.environ["TOOLKIT_DATA_DIR"] = old
-        database.stop_embedded(data_dir)
+        embedded.stop_embedded(data_dir)
         shutil.rmtree(directory, ignore_errors=True)
 
 

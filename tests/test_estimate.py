@@ -26,9 +26,9 @@ from toolkit.estimate import (
     parse_size,
     vector_bytes,
 )
-from toolkit.queries import SAMPLE_DOCS
-from toolkit.sources import read_documents
-from toolkit.tokens import count_tokens
+from toolkit.evaluation.queries import SAMPLE_DOCS
+from toolkit.text.sources import read_documents
+from toolkit.text.tokens import count_tokens
 
 # The 004 table: 10M tokens, k = 5, 1,536 float32 dimensions, $0.20 / $2 per million tokens.
 # (chunk, overlap, chunks, embedding cost, raw vectors in MB, context tokens per query, input cost per query)

@@ -1,4 +1,4 @@
-"""The retrieval eval as a CI gate (toolkit.eval_gate, run by `make test` before pytest): the comparison with the
+"""The retrieval eval as a CI gate (toolkit.evaluation.gate, run by `make test` before pytest): the comparison with the
 committed baseline, a changed sample set, and a deliberately worse chunker failing the real gate."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from toolkit.chunking import get_chunker
-from toolkit.eval_gate import BASELINE_PATH, check, load_baseline, main, run_gate, sample_fingerprint
+from toolkit.evaluation.gate import BASELINE_PATH, check, load_baseline, main, run_gate, sample_fingerprint
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_a_changed_sample_set_fails_with_what_to_do(baseline):
     assert not result.passed
     assert result.lines == [
         "The sample documents or queries changed since the baseline was recorded, so its figures no longer "
-        "apply; record a new one with python -m toolkit.eval_gate --update and review the figures."
+        "apply; record a new one with python -m toolkit.evaluation.gate --update and review the figures."
     ]
 
 
@@ -75,7 +75,7 @@ def test_a_deliberately_worse_chunker_fails_the_gate():
     # alone would not see it: five long passages hold more answers whole).
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "toolkit.eval_gate", "--config", "fixed:400:0"],
+        [sys.executable, "-m", "toolkit.evaluation.gate", "--config", "fixed:400:0"],
         capture_output=True,
         text=True,
         env=env,

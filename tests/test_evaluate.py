@@ -1,4 +1,5 @@
-"""`toolkit eval` and toolkit.evaluate: the seed 000 table through the command, the embedding cache counted at a
+"""`toolkit eval` and toolkit.evaluation.offline: the seed 000 table through the command, the embedding cache counted
+at a
 real (hashing) model, small-to-big contexts, the frontier, the plot, and clean errors."""
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from test_chunking_seed import QUERIES, SEED_TABLE, TEXT
 
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
-from toolkit.embedding_cache import EmbeddingCache
 from toolkit.errors import InputError
-from toolkit.evaluate import ConfigResult, bow_scores, evaluate, mark_pareto, split_configs
-from toolkit.metrics import cut_answers
-from toolkit.scoring import bow_cosine
+from toolkit.evaluation.bag_of_words import bow_cosine, bow_scores
+from toolkit.evaluation.cache import EmbeddingCache
+from toolkit.evaluation.frontier import mark_pareto
+from toolkit.evaluation.metrics import cut_answers
+from toolkit.evaluation.offline import ConfigResult, evaluate, split_configs
 
 SEED_SPECS = [row[0] for row in SEED_TABLE]
 
@@ -177,10 +179,11 @@ def test_the_cache_keeps_models_and_query_or_document_apart(tmp_path):
 
 
 def test_ranking_and_metrics_match_a_search_done_by_hand(seed_files):
-    """Exact cosine top-k recomputed in the test from the chunks and the model, then scored with toolkit.metrics."""
+    """Exact cosine top-k recomputed in the test from the chunks and the model, then scored with
+    toolkit.evaluation.metrics."""
     from toolkit.chunking import get_chunker
-    from toolkit.metrics import score_query
-    from toolkit.queries import load_queries
+    from toolkit.evaluation.metrics import score_query
+    from toolkit.evaluation.queries import load_queries
 
     corpus, queries = seed_files
     model = get_embedder("hashing:64")

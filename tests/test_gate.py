@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
-from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
 CHAPTERS = ("indexes.md", "row-security.md")
 

@@ -10,11 +10,12 @@ from click.testing import CliRunner
 from fault_server import FaultServer
 from support import default_sigint
 
-from toolkit import versions
+from toolkit import cutover
 from toolkit.cli import main
 from toolkit.errors import InputError
 from toolkit.ingest import ingest
-from toolkit.models import register_model
+from toolkit.store import versions
+from toolkit.store.models import register_model
 
 SECTIONS = {
     "refunds.md": "# Returns\n\n## Refunds\n\n"
@@ -158,7 +159,7 @@ def test_ingest_while_a_version_is_building_lands_in_both(conn, corpus, make_mod
     ingest(conn, [corpus], "acme")
     versions.create_version_index(conn, live)
     versions.mark_version_ready(conn, live)
-    versions.activate_version(conn, live, force=True)
+    cutover.activate_version(conn, live, force=True)
     building = versions.create_version(conn, "h2", "markdown:60:0", "markdown:60:0@1")
     (corpus / "new.md").write_text("# New\n\nA document written during the backfill of the next version.\n")
     report = ingest(conn, [corpus], "acme")
@@ -173,7 +174,7 @@ def test_ingest_while_a_version_is_building_lands_in_both(conn, corpus, make_mod
 def test_a_version_created_between_batches_gets_every_later_batch(conn, database_url, corpus, make_model):
     # Batches are prepared one ahead of the write: the batch already chunked and embedded for the old set of
     # versions must be planned again for the new set, and its counts must not be taken twice.
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
     from toolkit.progress import Progress
 
     make_model("h1", 16)

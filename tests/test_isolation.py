@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pgvector.psycopg import register_vector
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
 
 TENANTS = ["a", "b", "c"]
 LABELS = [[], ["hr"], ["eng"], ["hr", "finance"]]
@@ -33,7 +33,7 @@ def world(conn, database_url, make_model):
     make_model("m1", 8)
     active = ready_version(conn, "m1", 8, {t: 15 for t in TENANTS}, labels=LABELS, seed=1)
     other = ready_version(conn, "m1", 8, {t: 15 for t in TENANTS}, labels=LABELS, seed=2, chunker="fixed:20:0")
-    versions.activate_version(conn, active, force=True)
+    cutover.activate_version(conn, active, force=True)
     rows = {}
     for v in (active, other):
         for chunk_id, tenant, labels in conn.execute(

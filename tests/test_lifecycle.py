@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
-from toolkit.database import connect
-from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
+from toolkit.db.connection import connect
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
 DOCS = ("row-security.md", "indexes.md")
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from toolkit.metrics import (
+from toolkit.evaluation.metrics import (
     Span,
     aggregate,
     cut_answers,

@@ -20,9 +20,10 @@ from click.testing import CliRunner
 from pgvector.psycopg import register_vector
 from support import ready_version
 
-from toolkit import migrate, schema, versions
+from toolkit import cutover
 from toolkit.cli import main
-from toolkit.database import connect
+from toolkit.db import migrate, sql_files
+from toolkit.db.connection import connect
 from toolkit.errors import DatabaseError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +100,7 @@ def test_downgrade_base_then_upgrade_head_round_trips(database_url):
 def test_reapplying_idempotent_files_changes_nothing(conn, database_url, make_model):
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 50})
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     view_oid = conn.execute("SELECT 'toolkit.active_chunks'::regclass::oid").fetchone()[0]
     before = snapshot(database_url)
     assert migrate.upgrade(database_url).changed is False  # at head with this SQL: nothing to do, no lock taken
@@ -112,7 +113,7 @@ def test_reapplying_idempotent_files_changes_nothing(conn, database_url, make_mo
 
 def test_upgrade_records_the_sql_fingerprint(database_url):
     with connect(database_url, autocommit=True) as c:
-        assert schema.installed_fingerprint(c) == schema.sql_fingerprint()
+        assert sql_files.installed_fingerprint(c) == sql_files.sql_fingerprint()
         assert migrate.current_revision(c) == migrate.head_revision()
 
 
@@ -144,7 +145,7 @@ def test_commands_refuse_a_database_without_the_schema(empty_database_url):
 def test_downgrading_one_revision_restores_that_release_and_upgrading_round_trips(conn, database_url, make_model):
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 20})
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     before = snapshot(database_url)
     previous = migrate.revisions()[-2]
     migrate.downgrade(database_url, previous)
@@ -224,7 +225,7 @@ def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_ur
     and upgrade of one revision: they wait for the migration, never fail (no deadlock, no error)."""
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 200})
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     reader = f"app_{uuid.uuid4().hex[:8]}"
     conn.execute(f"CREATE ROLE {reader} LOGIN IN ROLE toolkit_reader")
     parts = urlsplit(database_url)

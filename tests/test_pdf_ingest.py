@@ -7,9 +7,11 @@ from __future__ import annotations
 import pdfs
 import pytest
 
-from toolkit import backfill, migrate, versions
-from toolkit.database import connect
+from toolkit import backfill, cutover
+from toolkit.db import migrate
+from toolkit.db.connection import connect
 from toolkit.ingest import ingest
+from toolkit.store import versions
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_ingest_stores_pages_and_reports_each_bad_pdf(conn, batch, make_model):
 
 def test_backfill_records_the_same_pages_from_the_stored_documents(database_url, batch):
     with connect(database_url, autocommit=True) as conn:
-        from toolkit.models import Model, insert_model
+        from toolkit.store.models import Model, insert_model
 
         insert_model(conn, Model(alias="h", provider="hashing", model_name="16", dimensions=16, max_input_tokens=8192))
         ingest(conn, [batch], "acme")  # no version yet: only the documents are stored
@@ -90,7 +92,7 @@ def test_backfill_records_the_same_pages_from_the_stored_documents(database_url,
         # the search returns them, for citations: chunks, parents' and windows' pages alike
         from toolkit.search import search
 
-        versions.activate_version(conn, report.version, force=True)
+        cutover.activate_version(conn, report.version, force=True)
         for expand in (None, "window:1"):
             hits = search(conn, "two years warranty", "acme", 10, expand=expand, log=False)
             on_pdf = [h for h in hits if h.doc_id == "manual.pdf"]

@@ -22,11 +22,11 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
 from toolkit.cli import main
-from toolkit.database import connect
+from toolkit.db.connection import connect
 from toolkit.errors import InputError
-from toolkit.models import Model, insert_model
+from toolkit.store.models import Model, insert_model
 
 ROLES = ("reader", "bound", "writer", "deployer", "owner")
 CHUNK_TABLE = "<chunk table>"
@@ -173,7 +173,7 @@ def logins(conn, database_url):
 def lived(conn, make_model):
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 20, "b": 20}, labels=[[], ["hr"]])
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     conn.execute(
         "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
         " VALUES ('a', 'd1', 'a.md', 'secret a', 'h'), ('b', 'd1', 'b.md', 'secret b', 'h')"
@@ -332,7 +332,7 @@ def test_the_cli_refuses_a_key_and_says_to_use_the_environment(database_url):
 
 
 def test_a_key_named_by_api_key_env_is_read_from_the_environment_and_never_stored(conn, monkeypatch):
-    from toolkit.models import embedder_for_model, get_model
+    from toolkit.store.models import embedder_for_model, get_model
 
     insert_model(conn, Model("k1", "openai", "m", 16, 512, options={"api_key_env": "ACME_KEY"}))
     monkeypatch.setenv("ACME_KEY", "sk-FROM-ENV")
@@ -363,7 +363,7 @@ def test_a_reader_cannot_take_the_toolkits_locks_and_its_advisory_locks_delay_no
     ingest(conn, [docs], "a")
     first = backfill(database_url, "h1", "recursive:100:0").version
     second = backfill(database_url, "h2", "recursive:100:0").version
-    versions.activate_version(conn, first, force=True)
+    cutover.activate_version(conn, first, force=True)
     reader = psycopg.connect(urls["reader"], autocommit=True)
     # every advisory key earlier releases used, taken and held by the reader
     for key in ("toolkit.cutover", "toolkit.version-set", "toolkit.migrate", f"toolkit.version-rows:{second}"):
@@ -383,9 +383,9 @@ def test_a_reader_cannot_take_the_toolkits_locks_and_its_advisory_locks_delay_no
         finished: list[str] = []
         failures: list[BaseException] = []
 
-        def cutover() -> None:
+        def cut_over() -> None:
             with connect(urls["deployer"]) as deployer:
-                versions.activate_version(deployer, second, force=True)
+                cutover.activate_version(deployer, second, force=True)
             finished.append("cutover")
 
         def ingest_a_document() -> None:
@@ -394,7 +394,7 @@ def test_a_reader_cannot_take_the_toolkits_locks_and_its_advisory_locks_delay_no
                 ingest(writer, [docs], "a")
             finished.append("ingest")
 
-        for work in (cutover, ingest_a_document):
+        for work in (cut_over, ingest_a_document):
 
             def run(work=work) -> None:
                 try:
@@ -419,7 +419,7 @@ def test_a_transaction_left_open_on_the_view_is_named_when_a_cutover_gives_up(co
     reader.execute("SELECT 1 FROM toolkit.active_chunks LIMIT 0")  # left open
     try:
         with connect(urls["deployer"]) as deployer, pytest.raises(Exception) as caught:
-            versions.activate_version(deployer, other, force=True, lock_timeout_ms=50, attempts=3)
+            cutover.activate_version(deployer, other, force=True, lock_timeout_ms=50, attempts=3)
         message = str(caught.value)
         assert f"pid {reader.info.backend_pid}" in message and names["reader"] in message
         assert "transaction open since" in message

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from toolkit.errors import InputError
-from toolkit.metrics import Span
-from toolkit.queries import load_queries, occurrences, parse_queries
+from toolkit.evaluation.metrics import Span
+from toolkit.evaluation.queries import load_queries, occurrences, parse_queries
 
 DOCUMENTS = {
     "returns.md": "Orders can be returned within 30 days. Refunds take 5 days. Refunds take 5 days.",

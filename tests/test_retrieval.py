@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import InputError
-from toolkit.retrieval import (
+from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
     assemble,

@@ -1,7 +1,8 @@
 """The offline ranking of `toolkit eval` is the one SQL serves: on the whole sample set (7 documents, 260
 questions), the exact-cosine ranking with its chunk-id tie-break (`search_chunks`), BM25 full text alone and
 fused with the vector ranks (`hybrid_search_chunks`), and small-to-big contexts (`search_context`) come out of
-`toolkit.retrieval` / `toolkit.evaluate` exactly as the SQL functions return them, chunk by chunk, in order.
+`toolkit.evaluation.retrieval` / `toolkit.evaluation.offline` exactly as the SQL functions return them, chunk by chunk,
+in order.
 
 The version has an HNSW index, as every version does; the searches run with index scans off, so SQL ranks by
 exact distance too (an approximate index is measured in docs/search.md, not here)."""
@@ -11,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolkit import versions
+from toolkit import cutover
 from toolkit.chunking import get_chunker
 from toolkit.embedding import get_embedder
-from toolkit.evaluate import HITS_PER_CONTEXT, _contexts, rank_chunks
-from toolkit.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
-from toolkit.retrieval import (
+from toolkit.evaluation.offline import HITS_PER_CONTEXT, _contexts, rank_chunks
+from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
+from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
     chunk_lexemes,
@@ -27,6 +28,7 @@ from toolkit.retrieval import (
     query_lexemes,
     text_ranking,
 )
+from toolkit.store import versions
 
 DIMS = 64
 EMBEDDER = get_embedder(f"hashing:{DIMS}")
@@ -73,7 +75,7 @@ def store(conn, spec: str, alias: str, documents=DOCUMENTS):
     conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
     versions.create_version_index(conn, version, maintenance_work_mem="64MB")
     versions.mark_version_ready(conn, version)
-    versions.activate_version(conn, version, force=True)
+    cutover.activate_version(conn, version, force=True)
     return chunks, children, np.asarray(vectors)
 
 
@@ -121,7 +123,7 @@ def test_vector_ranking_is_search_chunks(conn, sample_version):
 
 def offline_fused(retrieval, bm25, ids, sql_vector_ids, question_terms, depth: int) -> list[str]:
     """The hybrid ranking from SQL's own vector candidates: the BM25 ranking and the fusion are computed
-    offline (toolkit.retrieval), so any difference is in those, not in float32 rounding of distances."""
+    offline (toolkit.evaluation.retrieval), so any difference is in those, not in float32 rounding of distances."""
     position = {chunk_id: i for i, chunk_id in enumerate(ids)}
     pool = max(retrieval.candidates, depth)
     text = text_ranking(bm25, question_terms, ids, pool)
@@ -165,7 +167,7 @@ def test_bm25_settings_come_from_sql(conn):
 
 @pytest.mark.parametrize("query_text", [False, True])
 def test_small_to_big_contexts_are_search_context(conn, make_model, query_text):
-    """Contexts made offline (toolkit.evaluate._contexts) from the hits SQL found are the ones search_context
+    """Contexts made offline (toolkit.evaluation.offline._contexts) from the hits SQL found are the ones search_context
     returns: the same spans, merged the same way, in the same order."""
     make_model("p", DIMS, model_name=str(DIMS))
     chunks, _, _ = store(conn, "sentence:60:0:parent=markdown,400,0", "p")

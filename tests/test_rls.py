@@ -9,7 +9,7 @@ import pytest
 from psycopg import errors as pg_errors
 from support import ready_version
 
-from toolkit import versions
+from toolkit import cutover
 
 LABELS = [[], ["hr"], ["eng"], ["hr", "finance"]]
 
@@ -19,7 +19,7 @@ def live(conn, make_model):
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 40, "b": 40}, labels=LABELS)
     candidate = ready_version(conn, "m1", 8, {"a": 5, "b": 5}, chunker="fixed:20:0")
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     conn.execute(
         "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
         " VALUES ('a', 'd1', 'a.md', 'secret a', 'h'), ('b', 'd1', 'b.md', 'secret b', 'h')"
@@ -135,8 +135,8 @@ def test_writer_works_across_tenants_and_only_through_definer_functions(conn, li
 
 def test_the_view_keeps_security_invoker_through_every_swap(conn, live, make_model):
     _, candidate = live
-    versions.activate_version(conn, candidate, force=True)
-    versions.rollback_version(conn)
+    cutover.activate_version(conn, candidate, force=True)
+    cutover.rollback_version(conn)
     options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'toolkit.active_chunks'::regclass")
     assert options.fetchone()[0] == ["security_invoker=true"]
     assert as_reader(conn, "SELECT count(*) FROM toolkit.active_chunks") == [(0,)]

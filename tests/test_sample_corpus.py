@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from toolkit.metrics import Span
-from toolkit.queries import SAMPLE_DIR, SAMPLE_DOCS, SAMPLE_QUERIES, load_queries, read_sample_documents
+from toolkit.evaluation.metrics import Span
+from toolkit.evaluation.queries import SAMPLE_DIR, SAMPLE_DOCS, SAMPLE_QUERIES, load_queries, read_sample_documents
 
 
 def test_corpus_is_a_few_hundred_kilobytes_of_markdown_with_structure():
@@ -108,8 +108,8 @@ def test_committed_markdown_is_what_the_converter_produces(monkeypatch):
 
 
 def test_ingest_reads_the_same_text_the_queries_were_labelled_on():
-    # Answer offsets refer to the stored raw text; toolkit.sources must not alter the Markdown.
-    from toolkit.sources import read_documents
+    # Answer offsets refer to the stored raw text; toolkit.text.sources must not alter the Markdown.
+    from toolkit.text.sources import read_documents
 
     stored = {d.doc_id: d.text for d in read_documents([SAMPLE_DOCS])}
     assert stored == read_sample_documents()

@@ -16,11 +16,12 @@ from click.testing import CliRunner
 from psycopg import errors as pg_errors
 from support import fill_version
 
-from toolkit import search, versions
+from toolkit import cutover, search
 from toolkit.chunking import get_chunker
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
 from toolkit.errors import InputError, VersionUnavailableError
+from toolkit.store import versions
 
 SAMPLE = Path(__file__).resolve().parent.parent / "toolkit" / "data" / "sample" / "docs"
 ROW_SECURITY = (SAMPLE / "row-security.md").read_text(encoding="utf-8")
@@ -77,7 +78,7 @@ def activate(conn, version) -> None:
     conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
     versions.create_version_index(conn, version, maintenance_work_mem="64MB")
     versions.mark_version_ready(conn, version)
-    versions.activate_version(conn, version, force=True)
+    cutover.activate_version(conn, version, force=True)
 
 
 def as_role(conn, query, params=(), *, tenant=None, principals=None, role="toolkit_reader"):
@@ -511,7 +512,7 @@ def test_a_cutover_is_seen_at_once_and_pinned_queries_keep_their_version_until_i
         assert len(hits) == 5 and {h.version for h in hits} == {v1}
         assert all(h.chunk_ids[0].startswith(f"v{v1}-") for h in hits)
     # once retired: the documented, retryable error, not an empty page
-    versions.retire_version(conn, v1)
+    cutover.retire_version(conn, v1)
     with pytest.raises(VersionUnavailableError, match=rf"(?i)version {v1} cannot be searched: it is retired"):
         search.search(conn, np.ones(8, dtype=np.float32), "a", 5, version=v1)
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit import search, versions
+from toolkit import cutover, search
 from toolkit.embedding import get_embedder
-from toolkit.models import Model, insert_model
+from toolkit.store import versions
+from toolkit.store.models import Model, insert_model
 
 # One chunk per document. Codes are permutations of the same digits, and each code is one line of a
 # paragraph about uploads or mugs, as it would be in a real troubleshooting page or catalogue: only the
@@ -120,7 +121,7 @@ def load_corpus(conn, tenant: str = "acme") -> int:
         )
     versions.create_version_index(conn, v, maintenance_work_mem="64MB")
     versions.mark_version_ready(conn, v)
-    versions.activate_version(conn, v, force=True)
+    cutover.activate_version(conn, v, force=True)
     return v
 
 

@@ -16,12 +16,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from toolkit import search, serving, versions
+from toolkit import cutover, search, serving
 from toolkit.backfill import backfill
-from toolkit.database import connect
+from toolkit.db.connection import connect
 from toolkit.errors import VersionUnavailableError
 from toolkit.ingest import ingest
-from toolkit.models import embedder_for_model, get_model
+from toolkit.store.models import embedder_for_model, get_model
 
 SAMPLE = Path(__file__).resolve().parent.parent / "toolkit" / "data" / "sample" / "docs"
 QUESTIONS = [
@@ -60,7 +60,7 @@ def build_versions(conn, database_url, make_model, tmp_path, dims: tuple[int, in
     ingest(conn, [docs], TENANT)
     first = backfill(database_url, "one", "recursive:120:0").version
     second = backfill(database_url, "two", "fixed:64:0").version
-    versions.activate_version(conn, first, force=True)
+    cutover.activate_version(conn, first, force=True)
     return first, second
 
 
@@ -123,10 +123,10 @@ def test_readers_following_the_pattern_never_fail_through_cutovers_rollbacks_and
         # 20 cutovers and rollbacks, 10 canary changes, interleaved: each one while readers are mid-flight.
         changes = 0
         for round_ in range(10):
-            versions.activate_version(conn, second, force=True, reason=f"round {round_}")
+            cutover.activate_version(conn, second, force=True, reason=f"round {round_}")
             changes += 1
             time.sleep(0.05)
-            versions.rollback_version(conn, reason=f"round {round_}")
+            cutover.rollback_version(conn, reason=f"round {round_}")
             changes += 1
             serving.set_canary(conn, second, random.Random(round_).choice([5, 10, 25, 50]), force=True)
             time.sleep(0.05)
@@ -196,8 +196,8 @@ def test_a_question_embedded_for_a_retired_version_gets_the_retryable_sqlstate(
     conn, database_url, make_model, tmp_path, reader_url
 ):
     first, second = build_versions(conn, database_url, make_model, tmp_path, (32, 32))
-    versions.activate_version(conn, second, force=True)
-    versions.retire_version(conn, first)
+    cutover.activate_version(conn, second, force=True)
+    cutover.retire_version(conn, first)
     vector = embedders(conn, ["one"])["one"].embed_query(QUESTIONS[0])
     with connect(reader_url) as app:
         with pytest.raises(VersionUnavailableError, match="serving_model"):
@@ -221,7 +221,7 @@ def test_a_search_that_waited_for_a_retirement_gets_the_retryable_sqlstate(
 ):
     """The table is dropped while the pinned search waits for it: TK002, not 'relation does not exist'."""
     first, second = build_versions(conn, database_url, make_model, tmp_path, (32, 32))
-    versions.activate_version(conn, second, force=True)
+    cutover.activate_version(conn, second, force=True)
     vector = embedders(conn, ["one"])["one"].embed_query(QUESTIONS[0])
     retirer = connect(database_url)
     retirer.execute("SELECT toolkit.retire_version(%s)", (first,))  # holds the dropped table's lock, uncommitted
@@ -281,7 +281,7 @@ def test_live_chunks_is_a_race_free_pinned_form_for_raw_sql_and_uses_the_version
         assert f"chunks_v{first}_embedding_idx" not in plan or "One-Time Filter" in plan, plan
         assert len(rows) == 5 and {r[0] for r in rows} <= chunk_ids(conn, second)
     # a cutover changes nothing for a query pinned by version; retiring the version empties its rows
-    versions.activate_version(conn, second, force=True)
+    cutover.activate_version(conn, second, force=True)
     assert conn.execute("SELECT count(*) FROM toolkit.live_chunks WHERE version = %s", (first,)).fetchone()[0] > 0
-    versions.retire_version(conn, first)
+    cutover.retire_version(conn, first)
     assert conn.execute("SELECT count(*) FROM toolkit.live_chunks WHERE version = %s", (first,)).fetchone()[0] == 0

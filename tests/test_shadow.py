@@ -12,15 +12,15 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from click.testing import CliRunner
 
-from toolkit import search, versions
+from toolkit import cutover, search
 from toolkit.backfill import backfill
 from toolkit.cli import main
-from toolkit.database import connect
+from toolkit.db.connection import connect
 from toolkit.errors import InputError
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 from toolkit.ingest import ingest
-from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
-from toolkit.query_log import prune_query_log, query_log_status, set_query_log
 from toolkit.shadow import Question, questions_from_file, shadow, span_overlap
+from toolkit.store.query_log import prune_query_log, query_log_status, set_query_log
 
 CHAPTERS = ("row-security.md", "indexes.md")
 
@@ -62,7 +62,7 @@ def test_the_query_log_is_off_by_default_then_logs_a_sampled_tenant_scoped_share
 ):
     make_model("h", 32, model_name="32")
     version = backfill(database_url, "h", "recursive:120:0").version
-    versions.activate_version(conn, version, force=True)
+    cutover.activate_version(conn, version, force=True)
     name = f"app_{uuid.uuid4().hex[:8]}"
     conn.execute(f"CREATE ROLE {name} LOGIN IN ROLE toolkit_reader")
     try:
@@ -117,7 +117,7 @@ def test_shadow_tells_a_good_candidate_from_a_lexical_one_and_a_nonsense_one(con
     """MiniLM live; as candidates e5 (another good model), hashing (bag of words, not semantic) and a nonsense
     model (e5's vectors shuffled between its chunks: any question ranks unrelated text), on the sample's
     questions."""
-    from toolkit.models import register_model
+    from toolkit.store.models import register_model
 
     register_model(conn, "minilm", "sentence-transformers", "all-MiniLM-L6-v2")
     register_model(conn, "e5", "e5", "multilingual-e5-small")
@@ -131,7 +131,7 @@ def test_shadow_tells_a_good_candidate_from_a_lexical_one_and_a_nonsense_one(con
         f" FROM {table} WHERE NOT is_parent)"
         f" UPDATE {table} AS c SET embedding = s.other FROM s WHERE c.chunk_id = s.chunk_id AND s.other IS NOT NULL"
     )
-    versions.activate_version(conn, built["minilm"], force=True)
+    cutover.activate_version(conn, built["minilm"], force=True)
     questions = [Question("acme", q) for q in sample_questions(30)]
     assert len(questions) == 30
     good = shadow(conn, built["e5"], questions, k=5)
@@ -178,7 +178,7 @@ def test_shadow_from_the_log_replays_logged_questions(conn, database_url, make_m
     make_model("two", 32, model_name="32", options={"seed": 2})
     first = backfill(database_url, "one", "recursive:120:0").version
     second = backfill(database_url, "two", "recursive:120:0").version
-    versions.activate_version(conn, first, force=True)
+    cutover.activate_version(conn, first, force=True)
     set_query_log(conn, 1.0)
     search._log_rate.clear()
     try:

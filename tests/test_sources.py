@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.sources import SourceDocument, SourceError, read_documents
+from toolkit.text.sources import SourceDocument, SourceError, read_documents
 
 
 def only(results):

@@ -6,50 +6,50 @@ import ast
 import re
 from pathlib import Path
 
-from toolkit import schema
+from toolkit.db import sql_files
 
 NAME = re.compile(r"^(\d{3})-[a-z0-9]+(-[a-z0-9]+)*\.sql$")
 
 
 def test_file_names_are_numbered_lower_case():
-    for path in schema.incremental_files() + schema.idempotent_files():
+    for path in sql_files.incremental_files() + sql_files.idempotent_files():
         assert NAME.match(path.name), f"{path} is not named NNN-lower-case-name.sql"
 
 
 def test_incremental_files_are_numbered_consecutively():
-    numbers = [int(p.name[:3]) for p in schema.incremental_files()]
+    numbers = [int(p.name[:3]) for p in sql_files.incremental_files()]
     assert numbers == list(range(1, len(numbers) + 1))
 
 
 def test_grants_are_the_last_idempotent_file():
-    assert schema.idempotent_files()[-1].name.endswith("-grants.sql")
+    assert sql_files.idempotent_files()[-1].name.endswith("-grants.sql")
 
 
 def test_released_snapshots_of_earlier_releases_are_frozen():
     """What a downgrade re-applies (sql/releases/REVISION/) is the SQL those releases shipped: never edited."""
-    frozen_file = schema.sql_dir() / "incremental" / "frozen.txt"
+    frozen_file = sql_files.sql_dir() / "incremental" / "frozen.txt"
     frozen = dict(reversed(line.split()) for line in frozen_file.read_text().splitlines() if line.strip())
-    releases = sorted((schema.sql_dir() / "releases").glob("*/*.sql"))
+    releases = sorted((sql_files.sql_dir() / "releases").glob("*/*.sql"))
     assert releases
     for path in releases:
         name = f"releases/{path.parent.name}/{path.name}"
         assert name in frozen, f"{name} is not in frozen.txt"
-        assert schema.file_hash(path) == frozen[name], f"{name} was edited after release"
+        assert sql_files.file_hash(path) == frozen[name], f"{name} was edited after release"
 
 
 def test_released_incremental_files_are_frozen():
     """An incremental file is never edited once released: frozen.txt pins every one by hash."""
-    frozen_file = schema.sql_dir() / "incremental" / "frozen.txt"
+    frozen_file = sql_files.sql_dir() / "incremental" / "frozen.txt"
     frozen = dict(reversed(line.split()) for line in frozen_file.read_text().splitlines() if line.strip())
-    for path in schema.incremental_files():
+    for path in sql_files.incremental_files():
         assert path.name in frozen, f"{path.name} is not in frozen.txt: add its sha256 when it is released"
-        assert schema.file_hash(path) == frozen[path.name], f"{path.name} was edited after release"
-    assert all(name.startswith("releases/") or (schema.sql_dir() / "incremental" / name).exists() for name in frozen)
+        assert sql_files.file_hash(path) == frozen[path.name], f"{path.name} was edited after release"
+    assert all(name.startswith("releases/") or (sql_files.sql_dir() / "incremental" / name).exists() for name in frozen)
 
 
 def _revision_incrementals() -> list[str]:
     names = []
-    for path in sorted((schema.migrations_dir() / "versions").glob("*.py")):
+    for path in sorted((sql_files.migrations_dir() / "versions").glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "INCREMENTAL" for t in node.targets):
@@ -58,15 +58,15 @@ def _revision_incrementals() -> list[str]:
 
 
 def test_revisions_apply_every_incremental_file_once_in_order():
-    assert _revision_incrementals() == [p.name for p in schema.incremental_files()]
+    assert _revision_incrementals() == [p.name for p in sql_files.incremental_files()]
 
 
 def test_incremental_files_never_call_idempotent_functions():
     defined = set()
-    for path in schema.idempotent_files():
+    for path in sql_files.idempotent_files():
         defined.update(re.findall(r"CREATE OR REPLACE FUNCTION (toolkit\.\w+)\(", path.read_text()))
     assert defined
-    for path in schema.incremental_files():
+    for path in sql_files.incremental_files():
         text = path.read_text()
         used = sorted(name for name in defined if re.search(re.escape(name) + r"\s*\(", text))
         assert not used, f"{path.name} calls {used}: incremental files must not depend on idempotent ones"
@@ -88,7 +88,7 @@ def _routines(text: str) -> list[tuple[list[str], str]]:
 
 
 def test_every_routine_has_header_volatility_security_and_search_path():
-    for path in schema.idempotent_files():
+    for path in sql_files.idempotent_files():
         for header, body in _routines(path.read_text()):
             name = body.split("(")[0]
             assert header, f"{path.name}: {name} has no one-line header comment"
@@ -104,5 +104,5 @@ def test_every_routine_has_header_volatility_security_and_search_path():
 
 
 def test_sqlfluff_config_targets_postgres():
-    config = Path(schema.sql_dir().parent / ".sqlfluff").read_text()
+    config = Path(sql_files.sql_dir().parent / ".sqlfluff").read_text()
     assert "dialect = postgres" in config

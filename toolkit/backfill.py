@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from toolkit import validation, versions
+from toolkit import validation
 from toolkit.chunking import recommended_spec
-from toolkit.database import connect, translate_errors
+from toolkit.db.connection import connect, translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.ingest import LiveVersion, chunk_row, copy_chunk_rows, known_embeddings
-from toolkit.models import embedder_for_model, get_model
 from toolkit.progress import Progress
+from toolkit.store import versions
+from toolkit.store.chunk_table import LiveVersion, chunk_row, copy_chunk_rows, known_embeddings, version_table
+from toolkit.store.models import embedder_for_model, get_model
 
 # Workers (connections) by default: two keep a model call and the chunking or writing of another batch in
 # flight at once, which is what keeps both cores busy; more only help a remote model with a long round trip.
@@ -396,7 +397,7 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
     # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
     with conn.transaction():
-        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier("toolkit", f"chunks_v{version}")))
+        conn.execute(sql.SQL("ANALYZE {}").format(version_table(conn, version)))
     started = time.perf_counter()
     versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
     seconds = time.perf_counter() - started

@@ -1,15 +1,92 @@
-"""Choosing versions by model alias for verify, cutover and retire, and retiring past the rollback window."""
+"""Cutover, rollback and retirement: the moves that change what is served, each one transaction in SQL
+(``toolkit.activate_version``, ``rollback_version``, ``retire_version``), with a short lock timeout and retries so a
+swap never queues readers for long; and choosing the version a command means (by model alias or number), and the
+versions past the rollback window."""
 
 from __future__ import annotations
 
 import re
+import time
 from datetime import timedelta
 
 import psycopg
+from psycopg import errors as pg_errors
 
-from toolkit import versions
-from toolkit.database import translate_errors
-from toolkit.errors import InputError
+from toolkit.db.connection import translate_errors
+from toolkit.errors import InputError, StateError
+from toolkit.store.chunk_table import version_table
+
+# What a cutover, rollback or retirement must lock besides the toolkit's own (private) lock tables.
+_SWAPPED = ("toolkit.active_chunks", "toolkit.live_chunks")
+
+
+def _swap(
+    conn: psycopg.Connection,
+    query: str,
+    params: tuple,
+    lock_timeout_ms: int,
+    attempts: int,
+    tables: tuple[str, ...] = _SWAPPED,
+):
+    # The view swap needs an exclusive lock on the views (a retirement also on the version's table); waiting for it
+    # would queue every new reader behind the swap, so wait briefly and retry instead.
+    for attempt in range(attempts):
+        try:
+            with translate_errors(retry_locks=True), conn.transaction():
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
+                return conn.execute(query, params).fetchone()[0]
+        except pg_errors.LockNotAvailable:
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+    raise StateError(
+        f"The change could not take its lock in {attempts} attempts of {lock_timeout_ms} ms: "
+        f"{_holders(conn, tables)}. Retry when that has finished (keep reader transactions short)."
+    )
+
+
+def _holders(conn: psycopg.Connection, tables: tuple[str, ...]) -> str:
+    """Who holds the relations a swap waited for, as ``toolkit._lock_holders`` describes them."""
+    described = []
+    with conn.transaction():
+        for table in tables:
+            row = conn.execute(
+                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL ELSE toolkit._lock_holders(to_regclass(%s)) END",
+                (table, table),
+            ).fetchone()
+            if row[0] and row[0] != "a session that has just ended":
+                described.append(f"{table} is held by {row[0]}")
+    return "; ".join(described) or "the sessions that held the views have just ended"
+
+
+def activate_version(
+    conn: psycopg.Connection,
+    version: int,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+    lock_timeout_ms: int = 200,
+    attempts: int = 20,
+) -> int:
+    """Swaps active_chunks to ``version``; the previous active version becomes standby."""
+    return _swap(
+        conn,
+        "SELECT toolkit.activate_version(%s, %s, %s)",
+        (version, force, reason),
+        lock_timeout_ms,
+        attempts,
+    )
+
+
+def rollback_version(
+    conn: psycopg.Connection, *, reason: str | None = None, lock_timeout_ms: int = 200, attempts: int = 20
+) -> int:
+    """Swaps active_chunks back to the standby version the active one replaced."""
+    return _swap(conn, "SELECT toolkit.rollback_version(%s)", (reason,), lock_timeout_ms, attempts)
+
+
+def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None) -> int:
+    """Drops a non-active version's table; its registry row and audit trail stay."""
+    table = version_table(conn, version).as_string(conn)
+    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5, (*_SWAPPED, table))
 
 
 def resolve_version(
@@ -79,6 +156,6 @@ def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_
     retired = []
     for version, state in retire_candidates(conn, older_than):
         if not dry_run:
-            versions.retire_version(conn, version, reason=f"{state} for longer than {older_than}")
+            retire_version(conn, version, reason=f"{state} for longer than {older_than}")
         retired.append(version)
     return retired

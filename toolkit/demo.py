@@ -17,11 +17,13 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from toolkit import backfill, migrate, versions
-from toolkit.database import DATABASE_NAME, connect, start_embedded
+from toolkit import backfill, cutover
+from toolkit.db import migrate
+from toolkit.db.connection import DATABASE_NAME, connect, start_embedded
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES, load_queries
 from toolkit.ingest import ingest
-from toolkit.models import embedder_for_model, get_model, register_model
-from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES, load_queries
+from toolkit.store import versions
+from toolkit.store.models import embedder_for_model, get_model, register_model
 from toolkit.verify import MIN_QUERIES, tenant_documents, verify
 
 DEMO_DATABASE = "toolkit_demo"
@@ -102,9 +104,9 @@ def run_demo(
             f"v1 recall@5 {result.candidate.metrics.recall:.3f}, MRR {result.candidate.metrics.mrr:.3f} "
             f"on {result.candidate.metrics.queries} labelled queries: gate {'passed' if result.passed else 'FAILED'}"
         )
-        versions.activate_version(conn, v1, reason="demo: first version")
+        cutover.activate_version(conn, v1, reason="demo: first version")
         figures["v1_recall"] = result.candidate.metrics.recall
-        say(f"toolkit.active_chunks now reads chunks_v{v1}")
+        say(f"toolkit.active_chunks now reads version {v1}'s table")
 
         step("5. Backfill v2 (e5) beside it; the application keeps reading v1")
         v2 = _backfill(url, "v2", say)
@@ -136,10 +138,10 @@ def run_demo(
 
         step("9. Cut over to v2 (one transaction; readers never see an error or a mix)")
         if result.passed:
-            versions.activate_version(conn, v2, reason="demo: gate passed")
+            cutover.activate_version(conn, v2, reason="demo: gate passed")
         else:
             say("the gate failed, so the demo forces the cutover to show it (recorded as forced)")
-            versions.activate_version(conn, v2, force=True, reason="demo: forced")
+            cutover.activate_version(conn, v2, force=True, reason="demo: forced")
         say(f"active version {versions.active_version(conn)}; v1 is on standby for rollback")
 
         step("10. Search as an application would: serving_model() -> embed with that model -> pinned search")
@@ -150,7 +152,7 @@ def run_demo(
             say(f"     {' '.join(text.split())[:150]}…")
 
         step("11. Roll back to v1 in one transaction")
-        versions.rollback_version(conn, reason="demo: rollback")
+        cutover.rollback_version(conn, reason="demo: rollback")
         say(f"active version {versions.active_version(conn)}; v2 is ready and needs a new verification to go live")
         for s in versions.version_status(conn):
             say(f"  version {s.version}: {s.model_alias:3} {s.chunker_version:22} {s.state:9} rows {s.total_rows}")
@@ -197,7 +199,7 @@ def _extra_document(conn) -> list[int]:
 def _mixed_recall(conn, version: int, query_alias: str, queries_path: Path) -> float:
     """recall@5 of a version searched with another model's question vectors (pinned to the version: SQL cannot
     tell two 384-dimension models apart, which is why the application must embed with serving_model())."""
-    from toolkit.metrics import aggregate, score_query
+    from toolkit.evaluation.metrics import aggregate, score_query
     from toolkit.search import search
 
     documents = tenant_documents(conn, TENANT)

@@ -355,8 +355,8 @@ def estimate_corpus(
 ) -> Estimate:
     """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted."""
     from toolkit.chunking import get_chunker
-    from toolkit.sources import SourceError, read_documents
-    from toolkit.tokens import count_tokens
+    from toolkit.text.sources import SourceError, read_documents
+    from toolkit.text.tokens import count_tokens
 
     if not chunker_specs:
         raise InputError("Give at least one --chunker spec with --corpus, for example markdown:400:40.")

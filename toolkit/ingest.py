@@ -8,7 +8,6 @@ transaction per batch of documents, so a failure leaves the previous state of th
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import queue
 import signal
 import threading
@@ -19,114 +18,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
-from toolkit.database import translate_errors
-from toolkit.errors import InputError, StateError
-from toolkit.models import Model, embedder_for_model, get_model
+from toolkit.db.connection import translate_errors
+from toolkit.errors import InputError
 from toolkit.progress import Progress
-
-CHUNK_COLUMNS = (
-    "tenant",
-    "chunk_id",
-    "doc_id",
-    "parent_id",
-    "is_parent",
-    "position",
-    "start_offset",
-    "end_offset",
-    "heading_path",
-    "context",
-    "text",
-    "content_hash",
-    "token_count",
-    "access_labels",
-    "pages",
-    "embedding",
+from toolkit.store.chunk_table import (
+    LiveVersion,
+    chunk_row,
+    copy_chunk_rows,
+    known_embeddings,
+    live_versions,
+    lock_live_version_ids,
 )
-_COPY_TYPES = [
-    "text",
-    "text",
-    "text",
-    "text",
-    "bool",
-    "int4",
-    "int4",
-    "int4",
-    "text[]",
-    "text",
-    "text",
-    "text",
-    "int4",
-    "text[]",
-    "int4[]",
-]
-
-
-@dataclass
-class LiveVersion:
-    """A version that receives writes (building through standby), with its chunker and embedder."""
-
-    version: int
-    model: Model
-    chunker_spec: str
-    chunker_version: str
-    storage: str
-    dimensions: int
-    _chunker: object = None
-    _embedder: object = None
-
-    @property
-    def table(self) -> sql.Identifier:
-        return sql.Identifier("toolkit", f"chunks_v{self.version}")
-
-    @property
-    def chunker(self):
-        if self._chunker is None:
-            from toolkit.chunking import get_chunker
-
-            # The embedder bounds chunks by the model's own input limit, counted with its own tokenizer.
-            chunker = get_chunker(self.chunker_spec, embedder=self.embedder)
-            if chunker.version != self.chunker_version:
-                raise StateError(
-                    f"Version {self.version} was chunked with {self.chunker_version}, but this toolkit's "
-                    f"{self.chunker_spec} chunker is {chunker.version}; mixing them would make the version "
-                    "inconsistent. Backfill a new version with this toolkit, then cut over and retire the old one."
-                )
-            self._chunker = chunker
-        return self._chunker
-
-    @property
-    def embedder(self):
-        if self._embedder is None:
-            self._embedder = embedder_for_model(self.model, self.dimensions)
-        return self._embedder
+from toolkit.store.documents import delete_documents, document_hash, lock_documents, validate_labels, validate_tenant
 
 
 class _VersionsChanged(Exception):
     """A version was created or retired between preparing a batch and writing it: prepare it again."""
-
-
-def lock_live_version_ids(conn: psycopg.Connection) -> list[int]:
-    """Takes the shared version-set lock (create_version and retire_version take it exclusively) for the rest of
-    the transaction and returns the live versions as they are now: a write never misses a new version."""
-    conn.execute("SELECT toolkit.lock_version_set(false)")
-    return [r[0] for r in conn.execute("SELECT version FROM toolkit.live_versions()").fetchall()]
-
-
-def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
-    with conn.transaction():
-        rows = conn.execute(
-            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions"
-            " FROM toolkit.live_versions()"
-        ).fetchall()
-    return [
-        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims) for v, alias, spec, cv, storage, dims in rows
-    ]
 
 
 @dataclass
@@ -168,156 +80,6 @@ class IngestReport:
         }
 
 
-def validate_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 200 or not tenant.isprintable():
-        raise InputError(
-            f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
-        )
-    return tenant
-
-
-def validate_labels(labels: Iterable[str]) -> list[str]:
-    labels = sorted(set(labels))
-    for label in labels:
-        if not label or not label.isprintable() or len(label) > 200:
-            raise InputError(f"The access label {label!r} is not usable: use non-empty printable names.")
-    return labels
-
-
-def document_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _stored_vector(value) -> np.ndarray:
-    return (
-        value
-        if isinstance(value, np.ndarray)
-        else np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
-    )
-
-
-def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=None) -> tuple:
-    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed; ``pages`` is
-    where each page starts in the document's text, for a PDF)."""
-    from toolkit.pdf import pages_of_span
-
-    return (
-        tenant,
-        chunk.chunk_id,
-        doc_id,
-        chunk.parent_id,
-        chunk.is_parent,
-        chunk.position,
-        chunk.start,
-        chunk.end,
-        list(chunk.heading_path),
-        chunk.context,
-        chunk.text,
-        chunk.content_hash,
-        chunk.token_count,
-        labels,
-        pages_of_span(pages, chunk.start, chunk.end),
-        vector,
-    )
-
-
-def vector_schema(conn: psycopg.Connection) -> str:
-    """The schema holding pgvector's types (the catalogs are readable by every role)."""
-    row = conn.execute(
-        "SELECT n.nspname FROM pg_catalog.pg_extension AS e"
-        " JOIN pg_catalog.pg_namespace AS n ON e.extnamespace = n.oid WHERE e.extname = 'vector'"
-    ).fetchone()
-    return row[0] if row else "public"
-
-
-def bypasses_row_security(conn: psycopg.Connection) -> bool:
-    """PostgreSQL refuses COPY FROM into a table with row-level security unless the role bypasses it."""
-    return conn.execute(
-        "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = current_user"
-    ).fetchone()[0]
-
-
-def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequence[tuple]) -> None:
-    """Writes rows with binary COPY, the fastest path into PostgreSQL: straight into the version's table for
-    a role that bypasses row-level security, else through a temporary table and one INSERT … SELECT (which
-    the policies check). Runs in the caller's transaction."""
-    if not rows:
-        return
-    columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
-    if bypasses_row_security(conn):
-        from pgvector.utils import HalfVector
-
-        half = target.storage == "halfvec"
-        with conn.cursor().copy(
-            sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(target.table, columns)
-        ) as copy:
-            copy.set_types([*_COPY_TYPES, target.storage])
-            for row in rows:
-                vector = row[-1]
-                copy.write_row((*row[:-1], HalfVector(vector) if vector is not None and half else vector))
-        return
-    staging = sql.Identifier("pg_temp", "toolkit_chunk_rows")
-    schema = sql.Identifier(vector_schema(conn))
-    vector_type = sql.SQL("{}.vector").format(schema)
-    conn.execute(
-        sql.SQL(
-            "CREATE TEMP TABLE IF NOT EXISTS toolkit_chunk_rows (tenant text, chunk_id text, doc_id text,"
-            " parent_id text, is_parent boolean, position integer, start_offset integer, end_offset integer,"
-            " heading_path text[], context text, text text, content_hash text, token_count integer,"
-            " access_labels text[], pages integer[], embedding {}) ON COMMIT DELETE ROWS"
-        ).format(vector_type)
-    )
-    with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(staging, columns)) as copy:
-        copy.set_types([*_COPY_TYPES, "vector"])
-        for row in rows:
-            copy.write_row(row)
-    selected = sql.SQL(", ").join(
-        [sql.Identifier(c) for c in CHUNK_COLUMNS[:-1]]
-        + [sql.SQL("embedding::{}.{}").format(schema, sql.SQL(target.storage))]
-    )
-    conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(target.table, columns, selected, staging))
-    conn.execute(sql.SQL("DELETE FROM {}").format(staging))
-
-
-def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str]) -> dict:
-    """Stored vectors of these documents' chunks, by content hash: edited documents reuse them."""
-    rows = conn.execute(
-        sql.SQL(
-            "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM {}"
-            " WHERE tenant = %s AND doc_id = ANY(%s) AND embedding IS NOT NULL"
-        ).format(target.table),
-        (tenant, doc_ids),
-    ).fetchall()
-    return {h: _stored_vector(v) for h, v in rows}
-
-
-def _lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]) -> None:
-    # Ingest and backfill both write a document's rows; the document's row, locked FOR UPDATE in a fixed order
-    # (toolkit.lock_documents), keeps them from interleaving without blocking work on other documents. A new
-    # document has no row yet: inserting it locks it.
-    ids = sorted(set(doc_ids))
-    if ids:
-        conn.execute("SELECT toolkit.lock_documents(%s, %s)", (tenant, ids))
-
-
-def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:
-    """Deletes documents and their chunks from every live version (in the caller's transaction)."""
-    if not doc_ids:
-        return 0
-    live = lock_live_version_ids(conn)
-    _lock_documents(conn, tenant, doc_ids)
-    # The documents first: deleting their rows waits for a backfill batch that has claimed one of them (it holds
-    # the row), and the chunk deletes after it then see the rows that batch wrote.
-    deleted = conn.execute(
-        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
-    ).rowcount
-    for version in live:
-        table = sql.Identifier("toolkit", f"chunks_v{version}")
-        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(table), (tenant, doc_ids))
-        conn.execute("SELECT toolkit.touch_version(%s)", (version,))
-    return deleted
-
-
 def ingest(
     conn: psycopg.Connection,
     paths: Sequence[str | Path],
@@ -330,7 +92,7 @@ def ingest(
     overlap: bool = True,
 ) -> IngestReport:
     """Ingests files and directories for a tenant into every live version; see the module docstring."""
-    from toolkit.sources import SourceError, read_documents
+    from toolkit.text.sources import SourceError, read_documents
 
     validation.BATCH_DOCUMENTS.check(batch_documents)
     validate_tenant(tenant)
@@ -601,7 +363,7 @@ def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: I
     with translate_errors(), conn.transaction():
         if lock_live_version_ids(conn) != [t.version for t in targets]:
             raise _VersionsChanged
-        _lock_documents(conn, tenant, changed_ids)
+        lock_documents(conn, tenant, changed_ids)
         # One statement for the batch (psycopg pipelines executemany): no round trip per document.
         conn.cursor().executemany(
             "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
 from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
 
@@ -107,7 +107,7 @@ def active_model(conn: psycopg.Connection) -> dict:
 
 def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None = None):
     """The embedder of a version's model (the active one by default), built once per model and dimensions."""
-    from toolkit.models import embedder_for_model, get_model
+    from toolkit.store.models import embedder_for_model, get_model
 
     model = model or active_model(conn)
     if isinstance(model, ServingModel):
@@ -228,7 +228,7 @@ def search(
 
 def _adapt_vectors(conn: psycopg.Connection) -> None:
     """Teaches a plain psycopg connection pgvector's types (once): the documented search() works on any connection,
-    not only on toolkit.database.connect()'s."""
+    not only on toolkit.db.connection.connect()'s."""
     from psycopg.adapt import PyFormat
 
     try:
@@ -326,7 +326,7 @@ def _hit(row: dict) -> SearchHit:
 @contextlib.contextmanager
 def _search_errors() -> Iterator[None]:
     """A malformed date filter gets its own message; the rest (the model guard's TK001 included) as
-    toolkit.database translates them."""
+    toolkit.db.connection translates them."""
     with translate_errors():
         try:
             yield

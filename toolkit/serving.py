@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import psycopg
 
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
 
 READER_ROLE = "toolkit_reader"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
 
 

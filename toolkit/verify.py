@@ -17,10 +17,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
-from toolkit.metrics import RetrievalMetrics
-from toolkit.queries import load_queries
+from toolkit.evaluation.metrics import RetrievalMetrics
+from toolkit.evaluation.queries import load_queries
 
 # The seed's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused unless the
 # caller says so (min_queries).

@@ -7,8 +7,8 @@ Create Date: 2026-11-29
 
 from alembic import op
 
-from toolkit.migration_guard import refuse_data_loss
-from toolkit.schema import apply_incremental
+from toolkit.db.migration_guard import refuse_data_loss
+from toolkit.db.sql_files import apply_incremental
 
 revision = "0001"
 down_revision = None

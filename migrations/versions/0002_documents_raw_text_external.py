@@ -7,7 +7,7 @@ Create Date: 2026-11-29
 
 from alembic import op
 
-from toolkit.schema import apply_incremental
+from toolkit.db.sql_files import apply_incremental
 
 revision = "0002"
 down_revision = "0001"

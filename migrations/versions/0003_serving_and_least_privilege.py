@@ -8,8 +8,8 @@ Create Date: 2026-12-01
 
 from alembic import op
 
-from toolkit.migration_guard import refuse_data_loss, restore_release
-from toolkit.schema import apply_incremental
+from toolkit.db.migration_guard import refuse_data_loss, restore_release
+from toolkit.db.sql_files import apply_incremental
 
 revision = "0003"
 down_revision = "0002"

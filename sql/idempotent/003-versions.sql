@@ -462,7 +462,11 @@ BEGIN
 END
 $$;
 
--- The versions that receive writes (every state but retired), oldest first: ingest writes each document to all.
+-- Its result gained a column in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
+DROP FUNCTION IF EXISTS toolkit.live_versions();
+
+-- The versions that receive writes (every state but retired), oldest first, with their chunk tables (quoted):
+-- ingest writes each document to all.
 CREATE OR REPLACE FUNCTION toolkit.live_versions()
 RETURNS TABLE (
     version integer,
@@ -470,14 +474,16 @@ RETURNS TABLE (
     chunker_spec text,
     chunker_version text,
     storage text,
-    dimensions integer
+    dimensions integer,
+    chunk_table text
 )
 LANGUAGE sql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions
+    SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions,
+        format('toolkit.%I', toolkit._version_table(v.version))
     FROM toolkit.versions AS v
     WHERE v.state <> 'retired'
     ORDER BY v.version

@@ -347,7 +347,7 @@ $$;
 
 -- Hybrid top-k: full-text and vector candidates fused by reciprocal rank fusion (1 / (rrf_k + rank)), pinned like
 -- search_chunks. Full text ranks by BM25 (toolkit.lexical_settings: k1, b) over the chunks holding any of the
--- question's lexemes; toolkit.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
+-- question's lexemes; toolkit.evaluation.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
 CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_text text,
     query_embedding vector,

@@ -1,5 +1,5 @@
 -- Full-text ranking for hybrid search: BM25 over each chunk's tsvector, with the settings it uses. The
--- offline evaluation (toolkit.retrieval) asks these functions for lexemes and settings, so it ranks as
+-- offline evaluation (toolkit.evaluation.retrieval) asks these functions for lexemes and settings, so it ranks as
 -- hybrid_search_chunks does.
 SET LOCAL ROLE toolkit_owner;
 

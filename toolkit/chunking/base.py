@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from toolkit.chunking.spec import Spec
 from toolkit.errors import InputError
-from toolkit.tokens import wrap_tokenizer
+from toolkit.text.tokens import wrap_tokenizer
 
 HEADING_SEPARATOR = " > "
 
@@ -204,7 +204,7 @@ class Chunker:
         if not isinstance(text, str):
             raise InputError(
                 f"Chunkers take text (str), not {type(text).__name__}; decode the file first "
-                "(toolkit.sources.read_documents does that)."
+                "(toolkit.text.sources.read_documents does that)."
             )
         if self._chunking is not None:
             self._chunking(len(text))  # the shared cl100k counter picks its engine by how much the process chunks

@@ -2,7 +2,7 @@
 hyphenated line wraps joined, broken lines re-flowed into paragraphs.
 
 Two readers use the same rules: ``clean_pdf_text`` for extracted ``.txt`` (pages separated by form feeds, as
-pdftotext writes them) and ``toolkit.pdf`` for PDFs read directly (which knows where each line sits on its page).
+pdftotext writes them) and ``toolkit.text.pdf`` for PDFs read directly (which knows where each line sits on its page).
 The cleaned text is what gets stored and chunked, so chunk offsets refer to it, not to the extracted text.
 """
 

@@ -47,7 +47,7 @@ def chunk_paths(
 ) -> Iterator[tuple]:
     """(document, chunks) for each readable file and (error, []) for each unreadable one, in walk order."""
     from toolkit.chunking import get_chunker
-    from toolkit.sources import SourceError, read_documents
+    from toolkit.text.sources import SourceError, read_documents
 
     chunkers: dict[str, object] = {}
     resolve_spec(spec, strategy, size, overlap, "text")  # refuse a bad combination before reading files

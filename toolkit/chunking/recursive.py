@@ -14,7 +14,7 @@ from operator import gt, sub
 
 from toolkit.chunking.base import Chunker, Document, Span, attach_title, trim
 from toolkit.chunking.sentence import SENTENCE_BOUNDARY
-from toolkit.tokens import Cl100kTokenizer, _first_resync, _last_resync
+from toolkit.text.tokens import Cl100kTokenizer, _first_resync, _last_resync
 
 PROSE_SEPARATORS = (
     re.compile(r"\n[ \t]*\n\s*"),  # blank lines: paragraphs
@@ -218,7 +218,7 @@ _PUNCTUATION = frozenset(string.punctuation)
 class _Parts:
     """One range split at one separator level: exact token counts of any run of consecutive parts.
 
-    Each part gets a *boundary*: its first resynchronisation point (see ``toolkit.tokens``), or the range start
+    Each part gets a *boundary*: its first resynchronisation point (see ``toolkit.text.tokens``), or the range start
     for the first part when it starts with text. The engine counts the text between consecutive boundaries once
     (``segments``, stopping early past ``limit``); a run of parts is then counted as the short head before its
     first boundary, the segments in between, and a tail correction at its last boundary: two short strings.

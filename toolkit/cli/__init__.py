@@ -49,7 +49,7 @@ def _unexpected(error: Exception) -> str | None:
     encoded; None re-raises (a bug shows its traceback)."""
     import psycopg
 
-    from toolkit.database_errors import describe_database_error, one_line
+    from toolkit.db.errors import describe_database_error, one_line
     from toolkit.validation import shown
 
     if isinstance(error, psycopg.Error):

@@ -7,7 +7,7 @@ import click
 
 def open_database():
     """Returns (Database, connection) for the current command; says on stderr when it is the embedded one."""
-    from toolkit.session import open_database as _open
+    from toolkit.db.schema import open_database as _open
 
     settings = click.get_current_context().find_root().obj
     db, conn = _open(settings.database_url, settings.data_dir)

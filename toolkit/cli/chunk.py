@@ -49,7 +49,7 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, no_pdf
 
     from toolkit.chunking.files import ChunkStats, chunk_paths
     from toolkit.progress import Progress
-    from toolkit.sources import SourceError
+    from toolkit.text.sources import SourceError
 
     model = None
     if embedder:
@@ -106,7 +106,7 @@ def chunk(paths, spec, strategy, size, overlap, embedder, clean_pdf_text, no_pdf
 
 
 def chunk_record(source: str, c, pages=None) -> dict:
-    from toolkit.pdf import pages_of_span
+    from toolkit.text.pdf import pages_of_span
 
     return {
         "doc_id": c.doc_id,

@@ -21,8 +21,8 @@ def db() -> None:
 @db.command()
 def start() -> None:
     """Start the embedded server (or reuse it) and bring its schema up to date."""
-    from toolkit.database import resolve_database
-    from toolkit.session import ensure_schema
+    from toolkit.db.connection import resolve_database
+    from toolkit.db.schema import ensure_schema
 
     settings = _settings()
     database = resolve_database(None, settings.data_dir)
@@ -34,7 +34,7 @@ def start() -> None:
 @db.command()
 def stop() -> None:
     """Stop the embedded server."""
-    from toolkit.database import default_data_dir, stop_embedded
+    from toolkit.db.connection import default_data_dir, stop_embedded
 
     data_dir = _settings().data_dir or default_data_dir()
     if stop_embedded(data_dir):
@@ -47,8 +47,8 @@ def stop() -> None:
 @FORMAT_OPTION
 def status(output_format: str) -> None:
     """Show whether the embedded server runs, where, and its schema revision."""
-    from toolkit import migrate
-    from toolkit.database import check_server, connect, embedded_status
+    from toolkit.db import migrate
+    from toolkit.db.connection import check_server, connect, embedded_status
 
     settings = _settings()
     if settings.database_url:
@@ -72,8 +72,8 @@ def status(output_format: str) -> None:
 @db.command()
 def url() -> None:
     """Print the connection URL (started if needed) alone on the last line."""
-    from toolkit.database import resolve_database
-    from toolkit.session import ensure_schema
+    from toolkit.db.connection import resolve_database
+    from toolkit.db.schema import ensure_schema
 
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
@@ -90,8 +90,8 @@ def migrate(revision: str, downgrade: bool, force: bool) -> None:
 
     Wraps `alembic upgrade|downgrade`; the whole migration is one transaction.
     """
-    from toolkit import migrate as migrations
-    from toolkit.database import resolve_database
+    from toolkit.db import migrate as migrations
+    from toolkit.db.connection import resolve_database
 
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
@@ -127,9 +127,9 @@ def status_command(output_format: str) -> None:
     rows, documents and tenants, index validity, the last recall and whether its verification still counts for a
     cutover (stale once its contents changed); then the canary and the query log."""
     from toolkit.cli._context import open_database
-    from toolkit.query_log import query_log_status
     from toolkit.serving import canary_status
-    from toolkit.versions import version_status
+    from toolkit.store.query_log import query_log_status
+    from toolkit.store.versions import version_status
 
     _, conn = open_database()
     with conn:

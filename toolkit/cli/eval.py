@@ -1,4 +1,5 @@
-"""`toolkit eval`: compare chunker configurations on labelled queries without a database (toolkit.evaluate)."""
+"""`toolkit eval`: compare chunker configurations on labelled queries without a database
+(toolkit.evaluation.offline)."""
 
 from __future__ import annotations
 
@@ -116,8 +117,7 @@ def eval_command(
 
     Read recall against tokens per query as a frontier, not a winner.
     """
-    from toolkit import evaluate as lib
-    from toolkit.embedding_cache import default_cache_dir
+    from toolkit.evaluation.cache import default_cache_dir
 
     directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
     if version is not None:
@@ -127,7 +127,9 @@ def eval_command(
     else:
         report = _evaluate_files(corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, quiet)
     if plot:
-        lib.plot_frontier(report, plot)
+        from toolkit.evaluation.frontier import plot_frontier
+
+        plot_frontier(report, plot)
     if output_format == "json":
         click.echo(to_json(report.to_dict()))
         return
@@ -150,10 +152,10 @@ def eval_command(
 def _evaluate_files(corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, quiet):
     import contextlib
 
-    from toolkit import evaluate as lib
     from toolkit.chunking import recommended_spec
-    from toolkit.embedding_cache import EmbeddingCache
-    from toolkit.retrieval import split_retrievals
+    from toolkit.evaluation import offline as lib
+    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.evaluation.retrieval import split_retrievals
 
     if not corpus:
         raise InputError(
@@ -189,9 +191,9 @@ def _open_connection():
 
 
 def _evaluate_version(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory):
-    from toolkit import evaluate as lib
     from toolkit.cli._context import open_database
-    from toolkit.embedding_cache import EmbeddingCache
+    from toolkit.evaluation import stored as lib
+    from toolkit.evaluation.cache import EmbeddingCache
 
     given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]
     if given or scorer != "embedding":
@@ -210,7 +212,7 @@ def _embedder(model: str | None):
         return get_embedder(model or DEFAULT_MODEL_REF)
     # A registered alias: the registry is in the database (the only case that opens it).
     from toolkit.cli._context import open_database
-    from toolkit.models import embedder_for_model, get_model
+    from toolkit.store.models import embedder_for_model, get_model
 
     _, conn = open_database()
     with conn:

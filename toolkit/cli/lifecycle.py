@@ -281,15 +281,16 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 
     Requires a passing `toolkit verify` newer than the version's last change, unless --force.
     """
-    from toolkit import versions
+    from toolkit import cutover
     from toolkit.cli._context import open_database
     from toolkit.cutover import resolve_version
+    from toolkit.store import versions
 
     _, conn = open_database()
     with conn:
         target = resolve_version(conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby"))
         previous = versions.active_version(conn)
-        cutover_id = versions.activate_version(conn, target, force=force, reason=reason)
+        cutover_id = cutover.activate_version(conn, target, force=force, reason=reason)
     if output_format == "json":
         click.echo(to_json({"cutover_id": cutover_id, "active": target, "standby": previous, "forced": force}))
         return
@@ -302,15 +303,16 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 def rollback(reason, output_format) -> None:
     """During a canary: end it (every request back to the active version). Otherwise: swap active_chunks back to
     the version the active one replaced (which must still be on standby)."""
-    from toolkit import versions
+    from toolkit import cutover
     from toolkit.cli._context import open_database
     from toolkit.serving import canary_status
+    from toolkit.store import versions
 
     _, conn = open_database()
     with conn:
         canary = canary_status(conn)
         current = versions.active_version(conn)
-        cutover_id = versions.rollback_version(conn, reason=reason)
+        cutover_id = cutover.rollback_version(conn, reason=reason)
         restored = versions.active_version(conn)
     if output_format == "json":
         ended = canary.candidate if canary else None
@@ -345,9 +347,10 @@ def retire(older_than, version, dry_run, output_format) -> None:
 
     The active version is never retired.
     """
-    from toolkit import versions
+    from toolkit import cutover
     from toolkit.cli._context import open_database
     from toolkit.cutover import parse_duration, retire_old_versions
+    from toolkit.store import versions
 
     _, conn = open_database()
     with conn:
@@ -355,7 +358,7 @@ def retire(older_than, version, dry_run, output_format) -> None:
             if dry_run and version == versions.active_version(conn):
                 raise click.ClickException(f"Version {version} is active and cannot be retired.")
             if not dry_run:
-                versions.retire_version(conn, version, reason="toolkit retire --version")
+                cutover.retire_version(conn, version, reason="toolkit retire --version")
             retired = [version]
         else:
             retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)

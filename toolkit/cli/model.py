@@ -63,7 +63,7 @@ def add(
 ) -> None:
     """Register ALIAS for a model; the model is probed once to confirm its dimensions."""
     from toolkit.cli._context import open_database
-    from toolkit.models import parse_options, register_model
+    from toolkit.store.models import parse_options, register_model
 
     _, conn = open_database()
     with conn:
@@ -93,7 +93,7 @@ def add(
 def list_(output_format: str) -> None:
     """List the registered models."""
     from toolkit.cli._context import open_database
-    from toolkit.models import list_models
+    from toolkit.store.models import list_models
 
     _, conn = open_database()
     with conn:

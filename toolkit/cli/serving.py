@@ -145,7 +145,7 @@ def query_log(sample_rate, retention, off, prune, output_format) -> None:
     """
     from toolkit.cli._context import open_database
     from toolkit.cutover import parse_duration
-    from toolkit.query_log import prune_query_log, query_log_status, set_query_log
+    from toolkit.store.query_log import prune_query_log, query_log_status, set_query_log
 
     _, conn = open_database()
     with conn:
@@ -177,7 +177,7 @@ def tenant() -> None:
 def tenant_grant(login, tenants) -> None:
     """Bind LOGIN to TENANTS (added to those it has)."""
     from toolkit.cli._context import open_database
-    from toolkit.tenants import bind_tenants
+    from toolkit.store.tenants import bind_tenants
 
     _, conn = open_database()
     with conn:
@@ -192,7 +192,7 @@ def tenant_grant(login, tenants) -> None:
 def tenant_revoke(login, tenants, everything) -> None:
     """Remove LOGIN's bindings to TENANTS (or all of them with --all)."""
     from toolkit.cli._context import open_database
-    from toolkit.tenants import unbind_tenants
+    from toolkit.store.tenants import unbind_tenants
 
     if not tenants and not everything:
         raise click.UsageError("Name the tenants to revoke, or pass --all.")
@@ -209,7 +209,7 @@ def tenant_revoke(login, tenants, everything) -> None:
 def tenant_list(output_format) -> None:
     """Every binding: login, tenant, who granted it and when."""
     from toolkit.cli._context import open_database
-    from toolkit.tenants import tenant_bindings
+    from toolkit.store.tenants import tenant_bindings
 
     _, conn = open_database()
     with conn:

@@ -172,7 +172,7 @@ class OpenAIEmbedder(Embedder):
 
     def _token_counts(self, texts: list[str], is_query: bool) -> list[int]:
         # OpenAI's embedding models use cl100k_base; for other models served this way it is an estimate.
-        from toolkit.tokens import count_tokens
+        from toolkit.text.tokens import count_tokens
 
         return [count_tokens(text) for text in self._prefixed(texts, is_query)]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import psycopg
 
-from toolkit import migrate
-from toolkit.database import Database, check_server, connect, resolve_database
+from toolkit.db import migrate
+from toolkit.db.connection import Database, check_server, connect, resolve_database
+from toolkit.db.sql_files import installed_fingerprint, sql_fingerprint
 from toolkit.errors import DatabaseError
-from toolkit.schema import installed_fingerprint, sql_fingerprint
 
 
 def ensure_schema(db: Database) -> None:

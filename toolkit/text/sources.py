@@ -1,7 +1,7 @@
 """Reading files and directories into documents to chunk, one result per file: a ``SourceDocument`` or a
 ``SourceError`` saying in a sentence why the file was skipped (binary, not UTF-8, empty, too long a line; for a
 PDF: encrypted, image-only, damaged, or the ``pdf`` extra missing). Nothing here raises for one bad file; the
-caller decides what a skipped file means. PDFs are read and cleaned by ``toolkit.pdf``.
+caller decides what a skipped file means. PDFs are read and cleaned by ``toolkit.text.pdf``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MAX_LINE_CHARS = 1_000_000
 @dataclass(frozen=True)
 class SourceDocument:
     """A readable file: ``text`` is what is stored and chunked (chunk offsets refer to it). ``pages``, for a PDF,
-    is where each page starts in ``text`` (``toolkit.pdf.pages_of_span`` maps a chunk's span to its pages)."""
+    is where each page starts in ``text`` (``toolkit.text.pdf.pages_of_span`` maps a chunk's span to its pages)."""
 
     doc_id: str
     source: str
@@ -140,7 +140,7 @@ def read_document(
 
 
 def _read_pdf(path: Path, doc_id: str, clean: bool) -> SourceDocument | SourceError:
-    from toolkit.pdf import INSTALL_HINT, PdfError, read_pdf  # pdfminer itself is imported when a PDF is read
+    from toolkit.text.pdf import INSTALL_HINT, PdfError, read_pdf  # pdfminer itself is imported when a PDF is read
 
     try:
         pdf = read_pdf(path, clean=clean)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import InputError
-from toolkit.metrics import Span
+from toolkit.evaluation.metrics import Span
 
 # The bundled sample corpus (PostgreSQL manual chapters as Markdown) and its labelled queries.
 SAMPLE_DIR = Path(__file__).resolve().parent / "data" / "sample"

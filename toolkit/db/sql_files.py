@@ -8,7 +8,8 @@ from pathlib import Path
 
 from toolkit.errors import DatabaseError
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+# The toolkit package: installed wheels carry sql/ and migrations/ inside it; a checkout has them beside it.
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _find(name: str) -> Path:

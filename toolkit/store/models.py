@@ -15,7 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
-from toolkit.database import translate_errors
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 
 ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -3,7 +3,7 @@ the default local model, and fails when recall@k or span IoU falls more than a s
 committed in ``toolkit/data/sample/eval_baseline.json``.
 
 The baseline file holds the configuration too (``config``: one line to change, then a new baseline), so the gate
-always measures what the baseline was recorded with. Updating it (``python -m toolkit.eval_gate --update``) is a
+always measures what the baseline was recorded with. Updating it (``python -m toolkit.evaluation.gate --update``) is a
 reviewed change with its figures in CHANGELOG.md. Everything is embedded once per run, in memory.
 """
 
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from toolkit.errors import InputError, ToolkitError
-from toolkit.queries import SAMPLE_DOCS, SAMPLE_QUERIES
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
 BASELINE_PATH = Path(__file__).resolve().parent / "data" / "sample" / "eval_baseline.json"
-METRICS = ("recall", "span_iou")  # as named in toolkit.evaluate.ConfigResult
+METRICS = ("recall", "span_iou")  # as named in toolkit.evaluation.offline.ConfigResult
 LABELS = {"recall": "recall@k", "span_iou": "span IoU"}
 
 
@@ -66,7 +66,7 @@ def load_baseline(path: Path = BASELINE_PATH) -> Baseline:
     except (OSError, ValueError, TypeError) as error:
         raise InputError(
             f"The eval baseline {path} cannot be read ({error}); restore it from git, or record one with "
-            "python -m toolkit.eval_gate --update."
+            "python -m toolkit.evaluation.gate --update."
         ) from None
 
 
@@ -90,17 +90,17 @@ def check(measured: dict[str, float], baseline: Baseline) -> GateResult:
 def _lexical_database() -> Iterator:
     """A throwaway embedded PostgreSQL with the toolkit schema, for full-text ranking (its to_tsvector and BM25
     settings make the ranking the one SQL serves); stopped and removed afterwards."""
-    from toolkit import database, migrate
+    from toolkit.db import connection, migrate, server
 
     directory = Path(tempfile.mkdtemp(prefix="toolkit-eval-gate-"))
     directory.chmod(0o755)  # as root, the server runs as another user that must reach it
     try:
-        db = database.start_embedded(directory / "pg")
+        db = server.start_embedded(directory / "pg")
         migrate.upgrade(db.url)
-        with database.connect(db.url) as conn:
+        with connection.connect(db.url) as conn:
             yield conn
     finally:
-        database.stop_embedded(directory / "pg")
+        server.stop_embedded(directory / "pg")
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -108,8 +108,8 @@ def measure(config: str, model: str, k: int, retrieval: str = "vector") -> tuple
     """Evaluates ``config`` on the sample set with ``model`` and ``retrieval``; returns the gated figures and what the
     reviewer of a new baseline wants to see beside them."""
     from toolkit.embedding import get_embedder
-    from toolkit.evaluate import evaluate
-    from toolkit.retrieval import split_retrievals
+    from toolkit.evaluation.offline import evaluate
+    from toolkit.evaluation.retrieval import split_retrievals
 
     lexical = any(r.lexical for r in split_retrievals(retrieval))
     with _lexical_database() if lexical else contextlib.nullcontext() as conn:
@@ -136,7 +136,7 @@ def run_gate(baseline: Baseline, *, config: str | None = None) -> GateResult:
             {},
             [
                 "The sample documents or queries changed since the baseline was recorded, so its figures no longer "
-                "apply; record a new one with python -m toolkit.eval_gate --update and review the figures."
+                "apply; record a new one with python -m toolkit.evaluation.gate --update and review the figures."
             ],
         )
     started = time.perf_counter()
@@ -161,7 +161,7 @@ def update_baseline(path: Path = BASELINE_PATH, *, config: str | None = None, re
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit.eval_gate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m toolkit.evaluation.gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="Evaluate this chunker spec instead of the baseline's (it must still pass).")
     parser.add_argument("--baseline", type=Path, default=BASELINE_PATH, help="The baseline file.")
     parser.add_argument("--update", action="store_true", help="Measure and write a new baseline (a reviewed change).")

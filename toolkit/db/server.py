@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import psycopg
 
+from toolkit.db.errors import describe_database_error, one_line
 from toolkit.errors import DatabaseError
 
 DATABASE_NAME = "toolkit"
@@ -200,3 +203,63 @@ def stop_server(data_dir: Path) -> bool:
             "and run toolkit db stop again."
         ) from error
     return True
+
+
+# How long a just-started (or recovering) server is given to accept connections.
+CONNECT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Database:
+    """A resolved database: its URL and, for the embedded server, its data directory."""
+
+    url: str
+    embedded: bool
+    data_dir: Path | None = None
+
+
+def start_embedded(data_dir: str | Path | None = None) -> Database:
+    """Starts (or reuses) the embedded server and makes sure the toolkit database exists. A server that was
+    killed is started again cleanly (see clear_dead_server), first time."""
+    directory = data_directory(data_dir)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        server = embedded_server(directory.resolve())
+    except DatabaseError:
+        raise
+    except Exception as error:  # initdb/pg_ctl failures come as several exception types
+        raise DatabaseError(
+            f"The embedded PostgreSQL could not start in {directory} ({one_line(error)}); read the log in "
+            f"{directory / 'log'}, or pass --database-url to use another server."
+        ) from error
+    with _connect_when_up(server.get_uri()) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
+        if not exists:
+            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE_NAME)))
+    return Database(url=server.get_uri(DATABASE_NAME), embedded=True, data_dir=directory.resolve())
+
+
+_NOT_YET = re.compile(r"the database system is (starting up|in recovery mode|not yet accepting connections)")
+
+
+def _connect_when_up(url: str, timeout: float = CONNECT_SECONDS) -> psycopg.Connection:
+    """Connects, waiting while the server says it is starting up or recovering after a crash."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as error:
+            if _NOT_YET.search(str(error)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise DatabaseError(describe_database_error(error)) from error
+
+
+def embedded_status(data_dir: str | Path | None = None) -> dict:
+    """Reports whether the embedded server runs, without starting it."""
+    return server_status(data_directory(data_dir))
+
+
+def stop_embedded(data_dir: str | Path | None = None) -> bool:
+    """Stops the embedded server; returns False when it was not running."""
+    return stop_server(data_directory(data_dir))

@@ -1,0 +1,109 @@
+"""Evaluating a version already in the database: its stored chunks of one tenant, searched through the pinned SQL
+search function applications use, questions embedded with the version's model, scored like an offline
+configuration (toolkit eval --version)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.errors import InputError
+from toolkit.evaluation.frontier import mark_pareto
+from toolkit.evaluation.offline import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, score_config
+from toolkit.evaluation.queries import load_queries
+from toolkit.store.chunk_table import version_table
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk row of a version's table, with what scoring needs."""
+
+    chunk_id: str
+    doc_id: str
+    parent_id: str | None
+    is_parent: bool
+    start: int
+    end: int
+    heading_path: tuple[str, ...]
+    text: str
+    token_count: int
+
+
+def evaluate_version(
+    conn,
+    version: int,
+    queries: str | Path,
+    *,
+    k: int = 5,
+    tenant: str | None = None,
+    input_price: float = DEFAULT_INPUT_PRICE,
+    cache=None,
+) -> EvalReport:
+    """Evaluate a version already in the database: its stored chunks, searched through the pinned SQL search
+    function applications use (``toolkit.search_chunks`` as the reader role, its HNSW index), questions embedded with
+    the version's model. The documents and answers are the tenant's stored raw texts."""
+    from psycopg import sql
+
+    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.search import MAX_K, search
+    from toolkit.store.models import embedder_for_model, get_model
+    from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info
+
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K // HITS_PER_CONTEXT:
+        raise InputError(
+            f"k (chunks retrieved per query) must be a whole number from 1 to {MAX_K // HITS_PER_CONTEXT}, not {k!r}."
+        )
+    tenant = pick_tenant(conn, tenant)
+    alias, chunker_version, _, dims = version_info(conn, version)
+    documents = tenant_documents(conn, tenant)
+    labelled = load_queries(queries, documents)
+    embedder = embedder_for_model(get_model(conn, alias), dims)
+    table = version_table(conn, version)
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))  # row-level security: the tenant's own rows
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
+                " token_count, embedding IS NULL AND NOT is_parent FROM {} WHERE tenant = %s ORDER BY doc_id, position"
+            ).format(table),
+            (tenant,),
+        ).fetchall()
+    missing = sum(1 for row in rows if row[9])
+    if missing:
+        raise InputError(
+            f"Version {version} has {missing} chunks of tenant {tenant!r} without an embedding; finish it with "
+            f"toolkit backfill --model {alias} --resume, then evaluate it."
+        )
+    stored = [StoredChunk(*row[:6], tuple(row[6] or ()), *row[7:9]) for row in rows]
+    chunks = [c for c in stored if not c.is_parent]
+    if not chunks:
+        raise InputError(f"Version {version} has no chunks for tenant {tenant!r}; ingest the corpus first.")
+    parents = {c.chunk_id: c for c in stored if c.is_parent} or None
+    by_id = {c.chunk_id: c for c in chunks}
+    cache = cache if cache is not None else EmbeddingCache()
+    vectors = cache.embed_queries(embedder, [q.query for q in labelled])
+    depth = k * HITS_PER_CONTEXT if parents else k
+    as_reader = can_be_reader(conn)
+    hits = []
+    for vector in vectors:
+        found = search(conn, vector, tenant, depth, version=version, log=False)
+        hits.append([by_id[hit.chunk_ids[0]] for hit in found])
+    result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
+    mark_pareto([result])
+    return EvalReport(
+        model=f"{embedder.ref} (alias {alias})",
+        scorer="embedding",
+        k=k,
+        queries=len(labelled),
+        documents=len(documents),
+        input_price=float(input_price),
+        configs=[result],
+        embedded_texts=cache.embedded_texts,
+        cache_hits=cache.hits,
+        cache_path=None if cache.path is None else str(cache.path),
+        notes=[
+            f"version {version} of tenant {tenant!r}: stored chunks searched through SQL"
+            + (" as toolkit_reader" if as_reader else "")
+            + " on its HNSW index (approximate, as applications see it), not by exact cosine."
+        ],
+    )

@@ -1,0 +1,217 @@
+"""The chunk tables (one ``chunks_vN`` per version), as Python writes them: the live versions with their chunker and
+embedder, a chunk as a row, binary COPY into a version (through row-level security for roles it applies to), and the
+vectors a version already stores. SQL owns the tables' names (``toolkit._version_table``) and columns
+(``toolkit.chunk_columns()``: a test keeps CHUNK_COLUMNS equal to it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from toolkit.errors import StateError
+from toolkit.store.models import Model, embedder_for_model, get_model
+
+CHUNK_COLUMNS = (
+    "tenant",
+    "chunk_id",
+    "doc_id",
+    "parent_id",
+    "is_parent",
+    "position",
+    "start_offset",
+    "end_offset",
+    "heading_path",
+    "context",
+    "text",
+    "content_hash",
+    "token_count",
+    "access_labels",
+    "pages",
+    "embedding",
+)
+_COPY_TYPES = [
+    "text",
+    "text",
+    "text",
+    "text",
+    "bool",
+    "int4",
+    "int4",
+    "int4",
+    "text[]",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "text[]",
+    "int4[]",
+]
+
+
+_TABLES: dict[int, str] = {}
+
+
+def version_table(conn: psycopg.Connection, version: int) -> sql.Composable:
+    """A version's chunk table, schema-qualified and quoted, as SQL names it (``toolkit._version_table``, an
+    IMMUTABLE function: asked once per version and process)."""
+    name = _TABLES.get(int(version))
+    if name is None:
+        with conn.transaction():
+            query = "SELECT format('toolkit.%%I', toolkit._version_table(%s))"
+            name = conn.execute(query, (int(version),)).fetchone()[0]
+        _TABLES[int(version)] = name
+    return sql.SQL(name)
+
+
+@dataclass
+class LiveVersion:
+    """A version that receives writes (building through standby), with its chunker and embedder."""
+
+    version: int
+    model: Model
+    chunker_spec: str
+    chunker_version: str
+    storage: str
+    dimensions: int
+    _chunker: object = None
+    _embedder: object = None
+
+    table_name: str = ""  # the version's table, quoted, as SQL names it (toolkit.live_versions().chunk_table)
+
+    @property
+    def table(self) -> sql.Composable:
+        if not self.table_name:
+            raise StateError(f"Version {self.version}'s table was not read from the database (toolkit.live_versions).")
+        return sql.SQL(self.table_name)
+
+    @property
+    def chunker(self):
+        if self._chunker is None:
+            from toolkit.chunking import get_chunker
+
+            # The embedder bounds chunks by the model's own input limit, counted with its own tokenizer.
+            chunker = get_chunker(self.chunker_spec, embedder=self.embedder)
+            if chunker.version != self.chunker_version:
+                raise StateError(
+                    f"Version {self.version} was chunked with {self.chunker_version}, but this toolkit's "
+                    f"{self.chunker_spec} chunker is {chunker.version}; mixing them would make the version "
+                    "inconsistent. Backfill a new version with this toolkit, then cut over and retire the old one."
+                )
+            self._chunker = chunker
+        return self._chunker
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = embedder_for_model(self.model, self.dimensions)
+        return self._embedder
+
+
+def lock_live_version_ids(conn: psycopg.Connection) -> list[int]:
+    """Takes the shared version-set lock (create_version and retire_version take it exclusively) for the rest of
+    the transaction and returns the live versions as they are now: a write never misses a new version."""
+    conn.execute("SELECT toolkit.lock_version_set(false)")
+    return [r[0] for r in conn.execute("SELECT version FROM toolkit.live_versions()").fetchall()]
+
+
+def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
+    """Every version that receives writes (``toolkit.live_versions()``: every state but retired), oldest first."""
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, chunk_table"
+            " FROM toolkit.live_versions()"
+        ).fetchall()
+    return [
+        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims, table_name=table)
+        for v, alias, spec, cv, storage, dims, table in rows
+    ]
+
+
+def _stored_vector(value) -> np.ndarray:
+    return (
+        value
+        if isinstance(value, np.ndarray)
+        else np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+    )
+
+
+def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=None) -> tuple:
+    """One chunk as a row of CHUNK_COLUMNS (``vector`` is None for parents and rows still to embed; ``pages`` is
+    where each page starts in the document's text, for a PDF)."""
+    from toolkit.text.pdf import pages_of_span
+
+    return (
+        tenant,
+        chunk.chunk_id,
+        doc_id,
+        chunk.parent_id,
+        chunk.is_parent,
+        chunk.position,
+        chunk.start,
+        chunk.end,
+        list(chunk.heading_path),
+        chunk.context,
+        chunk.text,
+        chunk.content_hash,
+        chunk.token_count,
+        labels,
+        pages_of_span(pages, chunk.start, chunk.end),
+        vector,
+    )
+
+
+def bypasses_row_security(conn: psycopg.Connection) -> bool:
+    """PostgreSQL refuses COPY FROM into a table with row-level security unless the role bypasses it."""
+    return conn.execute(
+        "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = current_user"
+    ).fetchone()[0]
+
+
+def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequence[tuple]) -> None:
+    """Writes rows with binary COPY, the fastest path into PostgreSQL: straight into the version's table for
+    a role that bypasses row-level security, else through a temporary table and one INSERT … SELECT (which
+    the policies check). Runs in the caller's transaction."""
+    if not rows:
+        return
+    columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+    if bypasses_row_security(conn):
+        _copy(conn, target.table, columns, target.storage, rows)
+        return
+    # The staging table is the version's table's shape (LIKE it: no column list re-typed here), one per version.
+    staging = sql.Identifier("pg_temp", f"staging_{target.version}")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS").format(
+            staging, target.table
+        )
+    )
+    _copy(conn, staging, columns, target.storage, rows)
+    conn.execute(sql.SQL("INSERT INTO {0} ({1}) SELECT {1} FROM {2}").format(target.table, columns, staging))
+    conn.execute(sql.SQL("DELETE FROM {}").format(staging))
+
+
+def known_embeddings(conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str]) -> dict:
+    """Stored vectors of these documents' chunks, by content hash: edited documents reuse them."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM {}"
+            " WHERE tenant = %s AND doc_id = ANY(%s) AND embedding IS NOT NULL"
+        ).format(target.table),
+        (tenant, doc_ids),
+    ).fetchall()
+    return {h: _stored_vector(v) for h, v in rows}
+
+
+def _copy(conn: psycopg.Connection, table: sql.Composable, columns: sql.Composable, storage: str, rows) -> None:
+    """Binary COPY of CHUNK_COLUMNS rows into ``table`` (its embedding of type ``storage``)."""
+    from pgvector.utils import HalfVector
+
+    half = storage == "halfvec"
+    with conn.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(table, columns)) as copy:
+        copy.set_types([*_COPY_TYPES, storage])
+        for row in rows:
+            vector = row[-1]
+            copy.write_row((*row[:-1], HalfVector(vector) if vector is not None and half else vector))

@@ -1,0 +1,60 @@
+"""Documents as the chunk writers see them: a tenant's and labels' rules, a document's content hash, locking
+documents' rows while their chunks are rewritten, and deleting documents with their chunks from every live version."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import psycopg
+from psycopg import sql
+
+from toolkit.errors import InputError
+from toolkit.store.chunk_table import lock_live_version_ids, version_table
+
+
+def validate_tenant(tenant: str) -> str:
+    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 200 or not tenant.isprintable():
+        raise InputError(
+            f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
+        )
+    return tenant
+
+
+def validate_labels(labels: Iterable[str]) -> list[str]:
+    labels = sorted(set(labels))
+    for label in labels:
+        if not label or not label.isprintable() or len(label) > 200:
+            raise InputError(f"The access label {label!r} is not usable: use non-empty printable names.")
+    return labels
+
+
+def document_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]) -> None:
+    # Ingest and backfill both write a document's rows; the document's row, locked FOR UPDATE in a fixed order
+    # (toolkit.lock_documents), keeps them from interleaving without blocking work on other documents. A new
+    # document has no row yet: inserting it locks it.
+    ids = sorted(set(doc_ids))
+    if ids:
+        conn.execute("SELECT toolkit.lock_documents(%s, %s)", (tenant, ids))
+
+
+def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:
+    """Deletes documents and their chunks from every live version (in the caller's transaction)."""
+    if not doc_ids:
+        return 0
+    live = lock_live_version_ids(conn)
+    lock_documents(conn, tenant, doc_ids)
+    # The documents first: deleting their rows waits for a backfill batch that has claimed one of them (it holds
+    # the row), and the chunk deletes after it then see the rows that batch wrote.
+    deleted = conn.execute(
+        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
+    ).rowcount
+    for version in live:
+        table = version_table(conn, version)
+        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(table), (tenant, doc_ids))
+        conn.execute("SELECT toolkit.touch_version(%s)", (version,))
+    return deleted
