@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/sqlfluff lint sql --dialect postgres
 
-# The retrieval eval as a gate (toolkit/eval_gate.py): the bundled sample set with the baseline's configuration and
+# The retrieval eval as a gate (toolkit/evaluation/gate.py): the bundled sample set with the baseline's configuration and
 # the default local model must stay within the tolerance of toolkit/data/sample/eval_baseline.json. Before pytest, so
 # that pytest's summary is the last line.
 test: lint

@@ -175,12 +175,10 @@ def state(url: str) -> dict:
 
     with connect(url, autocommit=True) as conn:
         documents = set(conn.execute("SELECT tenant, doc_id, content_hash FROM toolkit.documents").fetchall())
-        tables = [r[0] for r in conn.execute("SELECT version FROM toolkit.versions WHERE state <> 'retired'")]
+        tables = conn.execute("SELECT version, chunk_table FROM toolkit.live_versions()").fetchall()
         rows = {}
-        for version in tables:
-            rows[version] = conn.execute(
-                f"SELECT tenant, chunk_id, content_hash, embedding FROM toolkit.chunks_v{int(version)}"
-            ).fetchall()
+        for version, table in tables:  # quoted by SQL
+            rows[version] = conn.execute(f"SELECT tenant, chunk_id, content_hash, embedding FROM {table}").fetchall()
     return {"documents": documents, "rows": rows}
 
 
@@ -220,6 +218,25 @@ def count(url: str, query: str) -> int:
         return 0
 
 
+def version_rows(url: str, version: int = 1) -> int:
+    """Rows in a version's chunk table (0 while it does not exist yet)."""
+    import psycopg
+
+    from toolkit.store.chunk_table import version_table
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return conn.execute(sql_count(version_table(conn, version))).fetchone()[0]
+    except psycopg.Error:
+        return 0
+
+
+def sql_count(table):
+    from psycopg import sql
+
+    return sql.SQL("SELECT count(*) FROM {}").format(table)
+
+
 # -- crash trials --------------------------------------------------------------------------------------------
 
 
@@ -246,7 +263,7 @@ def backfill_kills(server: Server, corpus: Path, trials: int, rng: random.Random
         process = spawn("--database-url", url, "backfill", "--model", "h", "--chunker", CHUNKER, "--batch-size", "4")
         target = rng.randrange(0, total * 9 // 10)
         wait_for(lambda url=url: count(url, "SELECT count(*) FROM toolkit.versions") > 0, process)
-        wait_for(lambda url=url, t=target: count(url, "SELECT count(*) FROM toolkit.chunks_v1") >= t, process)
+        wait_for(lambda url=url, t=target: version_rows(url) >= t, process)
         process.send_signal(signal.SIGKILL)
         process.communicate()
         scenario.trials += 1
@@ -301,12 +318,13 @@ def postgres_kills(server: Server, corpus: Path, trials: int, rng: random.Random
         url = with_version(name) if kind == "ingest" else with_documents(name)
         if kind == "ingest":
             command = ("ingest", str(corpus), "--tenant", TENANT, "--batch-size", "2")
-            probe, target = "SELECT count(*) FROM toolkit.documents", rng.randrange(1, documents * 9 // 10)
+            probe = lambda url=url: count(url, "SELECT count(*) FROM toolkit.documents")  # noqa: E731
+            target = rng.randrange(1, documents * 9 // 10)
         else:
             command = ("backfill", "--model", "h", "--chunker", CHUNKER, "--batch-size", "4", "--resume")
-            probe, target = "SELECT count(*) FROM toolkit.chunks_v1", rng.randrange(0, rows * 9 // 10)
+            probe, target = (lambda url=url: version_rows(url)), rng.randrange(0, rows * 9 // 10)
         process = spawn("--database-url", url, *command)
-        wait_for(lambda url=url, probe=probe, target=target: count(url, probe) >= target, process)
+        wait_for(lambda probe=probe, target=target: probe() >= target, process)
         server.kill()
         _out, err = process.communicate(timeout=120)
         scenario.trials += 1
@@ -542,6 +560,7 @@ def heading_only(server: Server) -> Scenario:
     from toolkit import backfill
     from toolkit.db.connection import connect
     from toolkit.ingest import ingest
+    from toolkit.store.chunk_table import version_table
 
     scenario = Scenario("15.10", "a Markdown file that is only `# hello`, ingested into a `markdown:400:40` version")
     url = server.create("faults_heading")
@@ -552,7 +571,7 @@ def heading_only(server: Server) -> Scenario:
     (folder / "hello.md").write_text("# hello\n")
     with connect(url, autocommit=True) as conn:
         ingest(conn, [folder], TENANT)
-        chunks = conn.execute(f"SELECT count(*) FROM toolkit.chunks_v{version}").fetchone()[0]
+        chunks = conn.execute(sql_count(version_table(conn, version))).fetchone()[0]
     scenario.trials = 1
     if chunks == 0:
         scenario.fail("stored with 0 chunks: it can never be retrieved")

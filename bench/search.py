@@ -68,6 +68,13 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
+def chunk_table(conn, version: int) -> str:
+    """A version's table, qualified and quoted, as SQL names it."""
+    from toolkit.store.chunk_table import version_table
+
+    return version_table(conn, version).as_string(conn)
+
+
 class Bench:
     def __init__(self, rows: int, queries: int, seed: int, skip_binary: bool):
         self.rows, self.query_count, self.seed, self.skip_binary = rows, queries, seed, skip_binary
@@ -132,7 +139,7 @@ class Bench:
                 Model(alias="bench", provider="hashing", model_name=str(DIMS), dimensions=DIMS, max_input_tokens=512),
             )
         v = versions.create_version(conn, "bench", "fixed:200:0", f"fixed:200:0@{storage}", storage=storage)
-        table = f"toolkit.chunks_v{v}"
+        table = chunk_table(conn, v)
         started = time.perf_counter()
         if storage == "vector":
             columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
@@ -161,7 +168,7 @@ class Bench:
             conn.execute(
                 f"INSERT INTO {table} SELECT tenant, chunk_id, doc_id, parent_id, is_parent, position, start_offset,"
                 " end_offset, heading_path, context, text, content_hash, token_count, access_labels, updated_at,"
-                f" embedding::halfvec({DIMS}) FROM toolkit.chunks_v{self.vector_version}"
+                f" embedding::halfvec({DIMS}) FROM {chunk_table(conn, self.vector_version)}"
             )
         loaded = time.perf_counter() - started
         conn.execute(f"ANALYZE {table}")
@@ -185,7 +192,7 @@ class Bench:
 
     # -- queries -----------------------------------------------------------------------------------------
     def owner_sql(self, v: int) -> str:
-        return f"SELECT chunk_id FROM toolkit.chunks_v{int(v)} ORDER BY embedding <=> %s LIMIT {K}"
+        return f"SELECT chunk_id FROM {chunk_table(self.owner, v)} ORDER BY embedding <=> %s LIMIT {K}"
 
     VIEW_SQL = f"SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT {K}"
     FUNCTION_SQL = f"SELECT chunk_id FROM toolkit.search_chunks(%s, {K})"
@@ -215,7 +222,8 @@ class Bench:
         with self.owner.transaction():
             self.owner.execute("SET LOCAL enable_indexscan = off")
             rows = self.owner.execute(
-                f"SELECT chunk_id FROM toolkit.chunks_v{int(v)} AS exact ORDER BY exact.embedding <=> %s, 1 LIMIT {K}",
+                f"SELECT chunk_id FROM {chunk_table(self.owner, v)} AS exact"
+                f" ORDER BY exact.embedding <=> %s, 1 LIMIT {K}",
                 (self.queries[0],),
                 prepare=False,
             ).fetchall()
@@ -270,7 +278,7 @@ class Bench:
 
     def binary_quantization(self, v: int, ef_search: int) -> dict:
         """An HNSW index on binary_quantize(embedding) and an exact re-rank of its candidates (table, owner)."""
-        table = f"toolkit.chunks_v{int(v)}"
+        table = chunk_table(self.owner, v)
         self.owner.execute("SET maintenance_work_mem = '1GB'")
         started = time.perf_counter()
         self.owner.execute(

@@ -58,8 +58,8 @@ def pg_admin_url():
     data_dir.chmod(0o755)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        server = server.embedded_server(data_dir)
-    yield server.get_uri()
+        postgres = server.embedded_server(data_dir)
+    yield postgres.get_uri()
     server.stop_embedded(data_dir)
     shutil.rmtree(data_dir, ignore_errors=True)
 

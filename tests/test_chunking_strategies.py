@@ -10,7 +10,7 @@ import pytest
 import tiktoken
 
 from toolkit.chunking import get_chunker, parse_spec
-from toolkit.chunking.cleaning import clean_pdf_text
+from toolkit.text.cleaning import clean_pdf_text
 from toolkit.errors import InputError
 
 DATA = Path(__file__).parent / "data" / "chunking"

@@ -95,9 +95,10 @@ def resolve_version(
     chunker_spec: str | None = None,
     version: int | None = None,
     *,
-    states: tuple[str, ...] = ("building", "ready", "verified", "standby"),
+    action: str,
 ) -> int:
-    """The one live, non-active version for a model (and chunker), or the version given by number."""
+    """The one version for a model (and chunker) in a state SQL accepts for the action
+    (``toolkit.version_states(action)``: activate, canary, shadow, verify, retire), or the version given by number."""
     if version is not None and (model_alias or chunker_spec):
         raise InputError(
             f"Name the version one way: --version {version}, or --model (and --chunker), not both; they could "
@@ -111,8 +112,11 @@ def resolve_version(
         return version
     if not model_alias:
         raise InputError("Name the version: --model ALIAS (and --chunker SPEC if it has several), or --version N.")
-    query = "SELECT version, chunker_spec FROM toolkit.versions WHERE model_alias = %s AND state = ANY(%s)"
-    params: list = [model_alias, list(states)]
+    query = (
+        "SELECT version, chunker_spec FROM toolkit.versions"
+        " WHERE model_alias = %s AND state = ANY (toolkit.version_states(%s))"
+    )
+    params: list = [model_alias, action]
     if chunker_spec:
         from toolkit.chunking import get_chunker
 
@@ -120,6 +124,7 @@ def resolve_version(
         params.append(get_chunker(chunker_spec).version)
     with conn.transaction():
         rows = conn.execute(query + " ORDER BY version", params).fetchall()
+        states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
     if not rows:
         raise InputError(
             f"No {'/'.join(states)} version uses the model {model_alias!r}"

@@ -26,6 +26,38 @@ AS $$
     WHERE e.extname = 'vector'
 $$;
 
+-- Returns the states from which a version may take part in an action: the one list that SQL's routines and the
+-- CLI's version lookup both ask (live: not retired; serve: complete and indexed; activate, canary, shadow, verify,
+-- retire: what the routine of that name accepts; activate-unforced: what it accepts without force).
+CREATE OR REPLACE FUNCTION toolkit.version_states(action text)
+RETURNS text[]
+LANGUAGE plpgsql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    states text[];
+BEGIN
+    states := CASE action
+        WHEN 'live' THEN ARRAY['building', 'ready', 'verified', 'active', 'standby']
+        WHEN 'serve' THEN ARRAY['ready', 'verified', 'active', 'standby']
+        WHEN 'verify' THEN ARRAY['ready', 'verified', 'active', 'standby']
+        WHEN 'activate' THEN ARRAY['ready', 'verified', 'standby']
+        WHEN 'activate-unforced' THEN ARRAY['verified', 'standby']
+        WHEN 'shadow' THEN ARRAY['ready', 'verified', 'standby']
+        WHEN 'canary' THEN ARRAY['ready', 'verified']
+        WHEN 'retire' THEN ARRAY['building', 'ready', 'verified', 'standby']
+    END;
+    IF states IS NULL THEN
+        RAISE EXCEPTION 'no version action is called %', quote_nullable(action)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Name one of live, serve, verify, activate, activate-unforced, shadow, canary, retire.';
+    END IF;
+    RETURN states;
+END
+$$;
+
 -- Moves a version to a new state, refusing moves that version_transitions does not list.
 CREATE OR REPLACE FUNCTION toolkit._set_version_state(target integer, new_state text)
 RETURNS void
@@ -485,6 +517,6 @@ AS $$
     SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions,
         format('toolkit.%I', toolkit._version_table(v.version))
     FROM toolkit.versions AS v
-    WHERE v.state <> 'retired'
+    WHERE v.state = ANY (toolkit.version_states('live'))
     ORDER BY v.version
 $$;

@@ -106,7 +106,7 @@ IMMUTABLE PARALLEL SAFE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT ARRAY['ready', 'verified', 'active', 'standby']::text[]
+    SELECT toolkit.version_states('serve')
 $$;
 
 -- Rebuilds toolkit.live_chunks: every servable version's rows with a constant version column, so that
@@ -191,14 +191,14 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state', HINT = 'Nothing to do.';
     END IF;
     passing_evaluation := toolkit._passing_evaluation(target);
-    IF v.state NOT IN ('ready', 'verified', 'standby') THEN
+    IF v.state <> ALL (toolkit.version_states('activate')) THEN
         RAISE EXCEPTION 'version % is % and cannot be activated, even with force', target, v.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'A version must be fully embedded and indexed (ready) first: toolkit backfill --resume.';
     END IF;
     -- The gate: verified (or a standby version going back live) with a passing evaluation newer than
     -- the version's last change of contents.
-    IF NOT force AND (v.state NOT IN ('verified', 'standby') OR passing_evaluation IS NULL) THEN
+    IF NOT force AND (v.state <> ALL (toolkit.version_states('activate-unforced')) OR passing_evaluation IS NULL) THEN
         RAISE EXCEPTION 'version % has no passing verification newer than its last change (state %)',
             target, v.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -350,7 +350,7 @@ BEGIN
     END IF;
     FOR v IN
         SELECT x.version, x.state FROM toolkit.versions AS x
-        WHERE x.state IN ('standby', 'building', 'ready', 'verified')
+        WHERE x.state = ANY (toolkit.version_states('retire'))
             AND x.state_changed_at < clock_timestamp() - older_than
             AND NOT EXISTS (SELECT FROM toolkit.traffic_split AS s WHERE s.candidate = x.version)
         ORDER BY x.version

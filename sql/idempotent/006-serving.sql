@@ -118,7 +118,7 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Cut over to a first version (toolkit cutover), then start the canary.';
         END IF;
-        IF v.state NOT IN ('ready', 'verified') THEN
+        IF v.state <> ALL (toolkit.version_states('canary')) THEN
             RAISE EXCEPTION 'version % is % and cannot serve a canary', candidate, v.state
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = CASE v.state WHEN 'active' THEN 'It already serves every request.'

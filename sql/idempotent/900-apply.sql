@@ -15,7 +15,7 @@ BEGIN
     PERFORM toolkit._secure_tenant_table('toolkit.query_log');
     FOR v IN
         SELECT x.version FROM toolkit.versions AS x
-        WHERE x.state <> 'retired' AND x.secured_with IS DISTINCT FROM definition
+        WHERE x.state = ANY (toolkit.version_states('live')) AND x.secured_with IS DISTINCT FROM definition
         ORDER BY 1
     LOOP
         PERFORM toolkit._secure_version_table(v);

@@ -19,7 +19,7 @@ DO $$
 DECLARE
     v integer;
 BEGIN
-    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state <> 'retired' ORDER BY 1 LOOP
+    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state = ANY (toolkit.version_states('live')) ORDER BY 1 LOOP
         PERFORM toolkit._grant_version_table(v);
     END LOOP;
 END
@@ -33,6 +33,7 @@ toolkit.current_principals,
 toolkit.set_tenant,
 toolkit.set_principals,
 toolkit._is_service_role,
+toolkit.version_states,
 toolkit.active_version,
 toolkit.active_model,
 toolkit.serving_model,

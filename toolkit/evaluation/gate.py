@@ -24,7 +24,7 @@ from pathlib import Path
 from toolkit.errors import InputError, ToolkitError
 from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
-BASELINE_PATH = Path(__file__).resolve().parent / "data" / "sample" / "eval_baseline.json"
+BASELINE_PATH = Path(__file__).resolve().parents[1] / "data" / "sample" / "eval_baseline.json"
 METRICS = ("recall", "span_iou")  # as named in toolkit.evaluation.offline.ConfigResult
 LABELS = {"recall": "recall@k", "span_iou": "span IoU"}
 

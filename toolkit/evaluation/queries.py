@@ -15,7 +15,7 @@ from toolkit.errors import InputError
 from toolkit.evaluation.metrics import Span
 
 # The bundled sample corpus (PostgreSQL manual chapters as Markdown) and its labelled queries.
-SAMPLE_DIR = Path(__file__).resolve().parent / "data" / "sample"
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data" / "sample"
 SAMPLE_DOCS = SAMPLE_DIR / "docs"
 SAMPLE_QUERIES = SAMPLE_DIR / "queries.jsonl"
 

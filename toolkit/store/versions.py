@@ -73,7 +73,7 @@ def find_version(
     with conn.transaction():
         row = conn.execute(
             "SELECT v.version FROM toolkit.versions AS v JOIN toolkit.models AS m ON m.alias = v.model_alias"
-            " WHERE v.model_alias = %s AND v.chunker_version = %s AND v.state <> 'retired'"
+            " WHERE v.model_alias = %s AND v.chunker_version = %s AND v.state = ANY (toolkit.version_states('live'))"
             " AND (%s::text IS NULL OR v.storage = %s) AND v.dimensions = coalesce(%s, m.dimensions)"
             " ORDER BY v.version DESC LIMIT 1",
             (model_alias, chunker_version, storage, storage, dimensions),

@@ -3,7 +3,7 @@
 pdfminer.six (the ``pdf`` extra) finds the text lines and where they sit on each page; this module decides the
 reading order and cleans: lines side by side are read as columns (one column after the other) when they look
 like running text, as table rows (cells joined with `` | ``, one row a line) otherwise; running headers,
-footers and page numbers are dropped (toolkit.chunking.cleaning's rules, applied to the lines at each page's
+footers and page numbers are dropped (toolkit.text.cleaning's rules, applied to the lines at each page's
 top and bottom); a paragraph's lines are re-flowed into one, hyphenated wraps joined, also across a page break.
 """
 
@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.chunking.cleaning import (
+from toolkit.text.cleaning import (
     EDGE_LINES,
     is_page_number,
     join_wrapped,

@@ -133,7 +133,7 @@ def read_document(
         )
     file_format = FORMATS.get(path.suffix.lower(), "text")
     if clean_pdf_text and file_format == "text":
-        from toolkit.chunking.cleaning import clean_pdf_text as clean
+        from toolkit.text.cleaning import clean_pdf_text as clean
 
         text = clean(text)
     return SourceDocument(doc_id, source, _title(text, file_format, path), text, file_format)

@@ -1,0 +1,136 @@
+"""One source of truth: the rules SQL owns (version table names, lock keys, which states an action accepts, the
+chunk tables' columns) are asked of SQL, never re-typed in Python or in a second SQL routine. The scans fail on a
+hand-built name or list; the catalog checks fail when Python's copy of the column list drifts from SQL's table."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import ready_version
+
+from toolkit.cutover import resolve_version
+from toolkit.errors import InputError
+from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
+from toolkit.store.versions import create_version
+
+ROOT = Path(__file__).resolve().parents[1]
+STATES = r"(?:building|ready|verified|active|standby|retired)"
+# Two or more state names in one literal list (a tuple, list, set or SQL IN / ARRAY list).
+STATE_LIST = re.compile(rf"""['"]{STATES}['"]\s*,\s*['"]{STATES}['"]""")
+HAND_BUILT_TABLE = re.compile(r"""chunks_v\{|chunks_v['"]\s*(?:\+|\|\|)|['"]chunks_v%|chunks_v\d""")
+LOCK_KEY = re.compile(r"toolkit\.version-(?:set|rows)|pg_advisory")
+
+
+def tracked(*patterns: str) -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", *patterns], cwd=ROOT, capture_output=True, text=True, check=True)
+    return [ROOT / line for line in listed.stdout.splitlines() if line]
+
+
+def offenders(files: list[Path], pattern: re.Pattern, allowed: dict[str, str] | None = None) -> list[str]:
+    """Lines matching the pattern, except in the one place allowed to own it (file → a marker the line's
+    enclosing block must carry)."""
+    found = []
+    for path in files:
+        relative = str(path.relative_to(ROOT))
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line) and not (allowed and relative in allowed):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    return found
+
+
+def test_the_scans_find_what_they_look_for():
+    # Each pattern matches what it is meant to catch, so an empty result below means the code has none.
+    assert STATE_LIST.search("""states=("ready", "verified")""")
+    assert STATE_LIST.search("WHERE x.state IN ('standby', 'building')")
+    assert HAND_BUILT_TABLE.search('f"toolkit.chunks_v{version}"')
+    assert HAND_BUILT_TABLE.search("SELECT count(*) FROM toolkit.chunks_v1")
+    assert HAND_BUILT_TABLE.search("'chunks_v' || version::text")
+    assert LOCK_KEY.search("hashtext('toolkit.version-set')")
+    assert not HAND_BUILT_TABLE.search("one ``chunks_vN`` per version")
+    assert len(tracked("toolkit/*.py", "bench/*.py")) > 40
+    assert len(tracked("sql/idempotent/*.sql")) > 10
+
+
+def test_python_builds_no_table_name_lock_key_or_state_list():
+    python = tracked("toolkit/*.py", "bench/*.py")
+    assert offenders(python, HAND_BUILT_TABLE) == []
+    # The one lock Python takes itself: the migration bootstrap, before the schema (and its lock tables) exist.
+    assert offenders(python, LOCK_KEY, {"toolkit/db/migration_locks.py": ""}) == []
+    assert offenders(python, STATE_LIST) == []
+
+
+def test_sql_routines_ask_the_one_state_list_and_table_name():
+    files = tracked("sql/idempotent/*.sql")
+    versions_sql = ROOT / "sql/idempotent/003-versions.sql"
+    owner = versions_sql.read_text()
+    # version_states owns the lists and _version_table the name: cut both out of their file, then scan everything.
+    for name in ("version_states", "_version_table"):
+        start = owner.index(f"CREATE OR REPLACE FUNCTION toolkit.{name}(")
+        owner = owner[:start] + owner[owner.index("$$;", owner.index("$$", start) + 2) + 3 :]
+    found = []
+    for path in files:
+        text = owner if path == versions_sql else path.read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            if STATE_LIST.search(line) or HAND_BUILT_TABLE.search(line):
+                found.append(f"{path.name}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_chunk_columns_are_the_tables_columns(conn, make_model):
+    """CHUNK_COLUMNS and their COPY types are exactly the columns a writer supplies to a version SQL created
+    (all but the defaulted updated_at and the generated fts), in both storages."""
+    make_model("m", 8)
+    for storage, vector_type in (("vector", "vector(8)"), ("halfvec", "halfvec(8)")):
+        version = create_version(conn, "m", "fixed:20:0", f"fixed:20:0@{storage}", storage=storage)
+        rows = conn.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute AS a"
+            " WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''"
+            " AND a.attname <> 'updated_at' ORDER BY a.attnum",
+            (version_table(conn, version).as_string(conn),),
+        ).fetchall()
+        table = dict(rows)
+        assert set(table) == set(CHUNK_COLUMNS), storage
+        copy_types = dict(zip(CHUNK_COLUMNS, [*_COPY_TYPES, vector_type], strict=True))
+        aliases = {"bool": "boolean", "int4": "integer", "int4[]": "integer[]"}
+        assert {c: aliases.get(t, t) for c, t in copy_types.items()} == table, storage
+
+
+def test_the_empty_view_has_the_columns_of_a_populated_one(conn, make_model):
+    """active_chunks with no version (typed NULLs) and with one (the chunk table) expose the same columns."""
+    query = (
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute AS a"
+        " WHERE a.attrelid = 'toolkit.active_chunks'::regclass AND a.attnum > 0 ORDER BY a.attnum"
+    )
+    empty = conn.execute(query).fetchall()
+    make_model("m", 8)
+    from toolkit import cutover
+
+    cutover.activate_version(conn, ready_version(conn, "m", 8, {"a": 3}), force=True)
+    populated = conn.execute(query).fetchall()
+    assert [name for name, _ in empty] == [name for name, _ in populated]
+    # the vector column is typed by the version's dimensions once one is active
+    assert [t for name, t in empty if name != "embedding"] == [t for name, t in populated if name != "embedding"]
+
+
+def test_the_cli_lookup_accepts_what_the_sql_routine_accepts(conn, make_model):
+    make_model("m", 8)
+    version = ready_version(conn, "m", 8, {"a": 3})
+    accepted = {
+        action: conn.execute("SELECT %s = ANY (toolkit.version_states(%s))", ("ready", action)).fetchone()[0]
+        for action in ("live", "serve", "verify", "activate", "shadow", "canary", "retire")
+    }
+    assert all(accepted.values())  # a ready version takes part in every action
+    assert resolve_version(conn, "m", action="canary") == version
+    from toolkit import cutover
+
+    cutover.activate_version(conn, version, force=True)
+    # active: SQL's activate and canary lists leave it out, so the lookup finds nothing to cut over to
+    for action in ("activate", "canary", "shadow", "retire"):
+        with pytest.raises(InputError, match="No .* version uses the model 'm'"):
+            resolve_version(conn, "m", action=action)
+    assert resolve_version(conn, "m", action="verify") == version
+    with pytest.raises(Exception, match="no version action is called 'deploy'"):
+        conn.execute("SELECT toolkit.version_states('deploy')")
