@@ -114,6 +114,7 @@ WRITER = EVERYONE | {
     "mark_version_building",
     "touch_version",
     "live_versions",
+    "version_states",
     "lock_version_set",
     "lock_documents",
     "_lock_holders",
@@ -139,6 +140,7 @@ DEPLOYER = EVERYONE | {
     "register_model",
     "_lock_holders",
     "_version_table",
+    "version_states",
 }
 FUNCTIONS = {"reader": EVERYONE, "bound": EVERYONE, "writer": WRITER, "deployer": DEPLOYER}
 

@@ -38,5 +38,6 @@ def downgrade() -> None:
             "toolkit.search_chunks(vector, integer, jsonb, text, integer)",
             "toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer, integer)",
             "toolkit.search_context(vector, integer, text, text, jsonb, text, integer)",
+            "toolkit.live_versions()",  # 0004 added its chunk_table column
         ],
     )

@@ -1,9 +1,9 @@
 """Ranking chunks offline exactly as the SQL search functions serve them: exact vector ranks, BM25 full-text
 ranks over PostgreSQL's own lexemes, reciprocal rank fusion, and the assembly of hits into passages.
 
-`toolkit eval` ranks through this module; `sql/idempotent/005-search.sql` and `006-lexical.sql` are the serving
-side, and tests/test_retrieval_sql.py proves both give the same ranking on the sample set. The lexemes come from
-the database (`to_tsvector` with the version's text search configuration), so the stemmer and stop words are
+`toolkit eval` ranks through this module; `sql/idempotent/005-search.sql`, `011-lexical.sql` and `012-search-hybrid.sql`
+are the serving side, and tests/test_retrieval_sql.py proves both give the same ranking on the sample set. The lexemes
+come from the database (`to_tsvector` with the version's text search configuration), so the stemmer and stop words are
 PostgreSQL's, not a Python imitation of them.
 """
 
@@ -188,7 +188,7 @@ def order_by(scores: np.ndarray, chunk_ids: Sequence[str], *, descending: bool) 
 class BM25:
     """BM25 over the chunks' lexeme counts: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term weight
     tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl)), dl the chunk's token count. The arithmetic, summed over
-    the question's lexemes in byte order, is that of ``hybrid_search_chunks`` (005-search.sql)."""
+    the question's lexemes in byte order, is that of ``hybrid_search_chunks`` (012-search-hybrid.sql)."""
 
     def __init__(self, documents: Sequence[dict[str, int]], lengths: Sequence[int], k1: float, b: float):
         self.k1, self.b = float(k1), float(b)
