@@ -225,8 +225,8 @@ class _Parts:
     """
 
     __slots__ = (
-        "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level", "ps", "short", "span",
-        "sparse", "splitter", "text", "vb",
+        "boundaries", "bounds", "budget", "count", "count_till", "first", "flagged", "inner", "level",
+        "segment_sums", "short", "span", "sparse", "splitter", "text",
     )  # fmt: skip
 
     def __init__(self, splitter, bounds, level):
@@ -240,8 +240,8 @@ class _Parts:
         text = self.text = splitter.text
         # The range's start is the first part's boundary (every span counted starts at or after it). The usual
         # cut (after a line break, at text) is its own part's boundary; for the others one is looked for.
-        vb = [bounds[0]]
-        vb += [
+        boundaries = [bounds[0]]
+        boundaries += [
             b if text[b - 1] in "\r\n" and not text[b].isspace() else _part_boundary(text, previous, b, following)
             for previous, b, following in zip(bounds, bounds[1:-1], bounds[2:])  # noqa: B905 (lengths differ)
         ]
@@ -249,48 +249,54 @@ class _Parts:
         # starting or ending inside it would be counted from far away (quadratic for text such as "a.\xa0" * n):
         # ``sparse`` hands the range to the splitter on offsets instead.
         self.sparse = False
-        if None in vb:
-            owners = [k for k, b in enumerate(vb) if b is not None]
-            first = list(accumulate((b is not None for b in vb), initial=0))
-            vb = [b for b in vb if b is not None]
-            ends = [*vb[1:], bounds[-1]]
+        if None in boundaries:
+            owners = [k for k, b in enumerate(boundaries) if b is not None]
+            first = list(accumulate((b is not None for b in boundaries), initial=0))
+            boundaries = [b for b in boundaries if b is not None]
+            ends = [*boundaries[1:], bounds[-1]]
             shared = (o2 - o1 > 1 for o1, o2 in zip(owners, [*owners[1:], len(bounds) - 1], strict=True))
-            self.sparse = any(share and b - a > splitter.long for share, a, b in zip(shared, vb, ends, strict=True))
+            self.sparse = any(
+                share and b - a > splitter.long for share, a, b in zip(shared, boundaries, ends, strict=True)
+            )
         else:
             owners = first = range(len(bounds))
-        vb.append(bounds[-1])
-        self.vb = vb
-        self.first = first  # per part: the index in vb of the first boundary at or after the part's start
+        boundaries.append(bounds[-1])
+        self.boundaries = boundaries
+        self.first = first  # per part: the index in boundaries of the first boundary at or after the part's start
         self._count_segments(owners)
 
     def _count_segments(self, owners):
         text = self.text
         bounds = self.bounds
-        vb = self.vb
+        boundaries = self.boundaries
         splitter = self.splitter
         limit = splitter.limit
-        slices = list(map(slice, vb, vb[1:]))
+        slices = list(map(slice, boundaries, boundaries[1:]))
         # A long part that starts at its boundary, ends at the next one's and will probably be split at the next
         # level is split there now: the sum of its own segments is its count, so no text is counted twice.
         self.inner = {}  # part index -> the parts it splits into
         inner = {}  # segment index -> the same
         long = splitter.long
         if self.level + 1 < len(splitter.separators):
-            for x in compress(range(len(vb) - 1), map(gt, map(sub, vb[1:], vb), repeat(long))):
+            for x in compress(range(len(boundaries) - 1), map(gt, map(sub, boundaries[1:], boundaries), repeat(long))):
                 k = owners[x]
-                if vb[x] == bounds[k] and bounds[k + 1] == vb[x + 1] and not text[vb[x]].isspace():
-                    parts = splitter.parts_at(vb[x], vb[x + 1], self.level + 1)
+                if (
+                    boundaries[x] == bounds[k]
+                    and bounds[k + 1] == boundaries[x + 1]
+                    and not text[boundaries[x]].isspace()
+                ):
+                    parts = splitter.parts_at(boundaries[x], boundaries[x + 1], self.level + 1)
                     if parts is not None:
                         self.inner[k] = inner[x] = parts
                         slices[x] = slice(0, 0)
         counts = list(map(splitter.count_till, map(text.__getitem__, slices), repeat(limit)))
         for x, parts in inner.items():
-            counts[x] = parts.ps[-1] if parts.flagged is None or parts.ps[-1] <= limit else None
+            counts[x] = parts.segment_sums[-1] if parts.flagged is None or parts.segment_sums[-1] <= limit else None
         self.flagged = None
         if None in counts:  # segments past the limit: counted as limit + 1, a lower bound
             self.flagged = list(accumulate((c is None for c in counts), initial=0))
             counts = [limit + 1 if c is None else c for c in counts]
-        self.ps = list(accumulate(counts, initial=0))
+        self.segment_sums = list(accumulate(counts, initial=0))
 
     def tokens(self, i, j):
         """Exact tokens of parts i..j, whitespace at either end left out, when at most the budget (otherwise some
@@ -307,31 +313,31 @@ class _Parts:
         while text[e - 1].isspace():
             e -= 1
         self.span = (s, e)
-        vb = self.vb
+        boundaries = self.boundaries
         a = self.first[i]
-        while a + 1 < len(vb) and vb[a + 1] <= s:  # parts of whitespace only at the start
+        while a + 1 < len(boundaries) and boundaries[a + 1] <= s:  # parts of whitespace only at the start
             a += 1
-        va = vb[a]
-        if va >= e:  # no boundary inside the span
+        start_boundary = boundaries[a]
+        if start_boundary >= e:  # no boundary inside the span
             return self.direct(s, e)
         count = self.count
-        ps = self.ps
+        segment_sums = self.segment_sums
         b = self.first[j + 1]
-        low = va  # the segments are summed from here; the head before it is counted on its own
-        if s == va:
+        low = start_boundary  # the segments are summed from here; the head before it is counted on its own
+        if s == start_boundary:
             head = 0
-        elif s < va:
-            head = count(text[s:va])
+        elif s < start_boundary:
+            head = count(text[s:start_boundary])
         else:  # an indented first line: the boundary is before the indentation, so its segment is corrected
             low = _first_resync(text, s, min(e + 1, len(text)))
-            if low is None or vb[a + 1] < low:
-                low = vb[a + 1]
+            if low is None or boundaries[a + 1] < low:
+                low = boundaries[a + 1]
             if low > e:
                 return self.direct(s, e)
-            head = count(text[s:low]) - count(text[va:low])
-        last = vb[b - 1]
+            head = count(text[s:low]) - count(text[start_boundary:low])
+        last = boundaries[b - 1]
         if last == e:
-            return self.checked(head + ps[b - 1] - ps[a], a, b - 1, s, e)
+            return self.checked(head + segment_sums[b - 1] - segment_sums[a], a, b - 1, s, e)
         # The tail is corrected at a token boundary q near its end: the segment's text from q on is replaced by the
         # span's. After an ASCII letter or digit the span's end is one; after ASCII punctuation, the start of
         # that run is (or the space before it, which the run's piece would take). Both strings are short and
@@ -351,8 +357,8 @@ class _Parts:
                 elif before not in _ALNUM and before not in "\t\r\n":
                     q = None
         if q is not None and q >= low:
-            n = self.short_count(text[q : vb[b]]) - (self.short_count(text[q:e]) if q < e else 0)
-            return self.checked(head + ps[b] - ps[a] - n, a, b, s, e)
+            n = self.short_count(text[q : boundaries[b]]) - (self.short_count(text[q:e]) if q < e else 0)
+            return self.checked(head + segment_sums[b] - segment_sums[a] - n, a, b, s, e)
         # Otherwise at a resynchronisation point t: a space or tab after the span, or else the space before its
         # last word (any resynchronisation point gives the same count; a near one keeps the strings short).
         if e < len(text) and text[e] in " \t":
@@ -362,9 +368,11 @@ class _Parts:
             if t < 1 or text[t - 1].isspace():
                 t = _last_resync(text, last, e)
         if t is not None and t >= low:
-            return self.checked(head + ps[b] - ps[a] - count(text[t : vb[b]]) + count(text[t:e]), a, b, s, e)
+            return self.checked(
+                head + segment_sums[b] - segment_sums[a] - count(text[t : boundaries[b]]) + count(text[t:e]), a, b, s, e
+            )
         if last >= low:
-            return self.checked(head + ps[b - 1] - ps[a] + count(text[last:e]), a, b - 1, s, e)
+            return self.checked(head + segment_sums[b - 1] - segment_sums[a] + count(text[last:e]), a, b - 1, s, e)
         return self.direct(s, e)
 
     def short_count(self, string):
@@ -462,8 +470,10 @@ class _CountingSplitter:
         budget = self.budget
         tokens = parts.tokens
         first = parts.first
-        ps = parts.ps
-        sums = ps if isinstance(first, range) else [ps[f] for f in first]  # per part: the segments before it
+        segment_sums = parts.segment_sums
+        sums = (
+            segment_sums if isinstance(first, range) else [segment_sums[f] for f in first]
+        )  # per part: the segments before it
         text = self.text
         i = 0
         while i < n:
@@ -474,8 +484,8 @@ class _CountingSplitter:
             while s < bounds[i + 1] and text[s].isspace():
                 s += 1
             a = first[i]
-            head = self.count(text[s : parts.vb[a]]) if s < parts.vb[a] else 0
-            threshold = budget - 16 - head + ps[a]
+            head = self.count(text[s : parts.boundaries[a]]) if s < parts.boundaries[a] else 0
+            threshold = budget - 16 - head + segment_sums[a]
             j = max(i, bisect_left(sums, threshold, i + 1, n + 1) - 2)
             size = span = None
             while j + 1 < n:
