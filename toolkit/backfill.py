@@ -50,6 +50,9 @@ MAX_CLAIM_DOCUMENTS = 4_096
 # left); more than this many pending means another pass, without looking closer.
 FINAL_CHECK_DOCUMENTS = 100
 MAX_PASSES = 50
+# The exit code of a backfill that stopped before the end, by BackfillReport.stopped: 3 when the next batch would
+# pass the spending limit, 130 (128 + SIGINT) when it was interrupted.
+STOP_EXIT_CODES = {"max-cost": 3, "interrupted": 130}
 
 
 @dataclass
@@ -79,6 +82,11 @@ class BackfillReport:
         data = dict(self.__dict__)
         data["stages"] = {k: round(v, 3) for k, v in self.stages.items()}
         return data
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the run went to its end, else the code of ``STOP_EXIT_CODES`` for the reason it stopped."""
+        return STOP_EXIT_CODES.get(self.stopped, 130) if self.stopped else 0
 
 
 def _version_row(conn, version: int):
@@ -479,7 +487,8 @@ def backfill(
         if state != "building":
             report.seconds = time.perf_counter() - started
             return report
-        target = LiveVersion(version, model, spec, chunker_version, storage_, dims)
+        table = version_table(conn, version).as_string(conn)
+        target = LiveVersion(version, model, spec, chunker_version, storage_, dims, table_name=table)
         target._embedder = embedder
         target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
         progress = progress or Progress("backfill", unit="documents", quiet=True)
@@ -533,3 +542,31 @@ def backfill(
         report.state = _version_row(conn, version)[6]
         report.seconds = time.perf_counter() - started
         return report
+
+
+def backfill_interruptible(
+    database_url: str,
+    model_alias: str,
+    chunker_spec: str | None = None,
+    *,
+    on_stop: Callable[[], None] | None = None,
+    **options,
+) -> BackfillReport:
+    """``backfill`` with Ctrl-C handled (from the main thread): the first SIGINT sets the stop event, so the run ends
+    after the batches in flight (``report.stopped == "interrupted"``), and calls ``on_stop``; a second raises
+    KeyboardInterrupt, which abandons the batches in flight (their transactions roll back with their connections).
+    The previous SIGINT handler is restored when it returns or raises. ``options`` are ``backfill``'s."""
+    stop = threading.Event()
+
+    def interrupt(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        if on_stop is not None:
+            on_stop()
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        return backfill(database_url, model_alias, chunker_spec, stop=stop, **options)
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -422,3 +422,67 @@ def _spec_size(spec: str) -> tuple[int | None, int]:
         return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
     except (IndexError, ValueError):
         return None, 0
+
+
+def estimate_from(
+    *,
+    tokens: str | int | None = None,
+    words: str | int | None = None,
+    pages: str | int | None = None,
+    chunk_total: str | int | None = None,
+    words_per_page: float = 500,
+    tokens_per_word: float = 1.3,
+    corpus: Sequence[str] = (),
+    chunkers: Sequence[str] = (),
+    chunk_sizes: Sequence[int] = (),
+    overlaps: Sequence[str | int] = (),
+    dims: Sequence[int] = (),
+    storage: Sequence[str] = (),
+    k: int = 5,
+    embed_price: float = 0.20,
+    input_price: float = 2.0,
+    queries_per_day: str | int | None = None,
+    system_prompt_tokens: int = 0,
+    question_tokens: int = 0,
+    memory: str | int | None = None,
+    hnsw_m: int = 16,
+) -> Estimate:
+    """The estimate for whichever description of the corpus is given (what ``toolkit estimate`` takes): real files
+    (``corpus`` with ``chunkers`` specs: ``estimate_corpus``), a chunk count (``chunk_total``), or a size in tokens,
+    words or pages (``corpus_tokens``), each with ``chunk_sizes``/``overlaps`` (``pair_configs``). Counts and the
+    memory may be text such as 10M or 64GB; k to question_tokens are the ``Pricing``. Refuses a mix of descriptions.
+    ``dims`` defaults to 1536 and ``storage`` to float32."""
+    pricing = Pricing(
+        k=k,
+        embed_price=embed_price,
+        input_price=input_price,
+        queries_per_day=None if queries_per_day is None else parse_count(queries_per_day, "queries per day"),
+        system_prompt_tokens=system_prompt_tokens,
+        question_tokens=question_tokens,
+    )
+    shape = {
+        "dims": dims or (1536,),
+        "storage": storage or ("float32",),
+        "pricing": pricing,
+        "memory": None if memory is None else parse_size(memory),
+        "hnsw_m": hnsw_m,
+    }
+    if corpus:
+        if any(v is not None for v in (tokens, words, pages, chunk_total)) or chunk_sizes or overlaps:
+            raise InputError(
+                "--corpus measures the corpus itself: drop --tokens/--words/--pages/--chunks and give the "
+                "chunking as --chunker SPEC (e.g. markdown:400:40) instead of --chunk/--overlap."
+            )
+        return estimate_corpus(corpus, chunkers, **shape)
+    if chunkers:
+        raise InputError("--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap.")
+    if chunk_total is not None:
+        if any(v is not None for v in (tokens, words, pages)):
+            raise InputError("Give the corpus size once: --chunks, or --tokens / --words / --pages, not both.")
+        return estimate(
+            chunks=parse_count(chunk_total, "chunk count"), configs=pair_configs(chunk_sizes, overlaps), **shape
+        )
+    size = corpus_tokens(
+        tokens, words=words, pages=pages, words_per_page=words_per_page, tokens_per_word=tokens_per_word
+    )
+    return estimate(size, configs=pair_configs(chunk_sizes, overlaps), **shape)

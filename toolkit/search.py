@@ -11,7 +11,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -337,3 +337,22 @@ def _search_errors() -> Iterator[None]:
                     f"A date filter is not a timestamp ({message}); write e.g. 2026-11-29T12:00Z."
                 ) from error
             raise
+
+
+def search_request(
+    conn: psycopg.Connection,
+    question: str,
+    tenant: str,
+    k: int = 5,
+    *,
+    filters: Sequence[str] | dict = (),
+    on_unlabelled: Callable[[], None] | None = None,
+    **options,
+) -> list[SearchHit]:
+    """``search`` of a question as a request gives it: ``filters`` may be KEY=VALUE pairs (``parse_filters``), and
+    ``on_unlabelled`` is called first when this login is a service role for which access labels are not applied
+    (``applies_access_labels``). ``options`` are ``search``'s."""
+    if on_unlabelled is not None and not applies_access_labels(conn):
+        on_unlabelled()
+    chosen = filters if isinstance(filters, dict) else parse_filters(filters)
+    return search(conn, question, tenant, k, filters=chosen, **options)

@@ -1,12 +1,15 @@
 """Serving across a migration: which version (and model) a request's question is embedded for and searched in
 (``toolkit.serving_model``: the active version, or the canary candidate for a share of request keys and for whole
-tenants), and the canary that sets that share. SQL holds the split and its audit; this module calls it."""
+tenants), and the canary that sets that share. SQL holds the split and its audit; this module calls it. Also what
+the commands that change or show what is served call: ``change_canary``, ``cut_over`` and ``roll_back`` (which
+version serves, reported as dataclasses), ``configure_query_log``, and ``overview`` (``toolkit status``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 
 import psycopg
 
@@ -134,3 +137,159 @@ def end_canary(conn: psycopg.Connection, *, reason: str | None = None) -> int:
         raise StateError("No canary is running: nothing to stop.")
     set_canary(conn, current.candidate, 0, (), reason=reason)
     return current.candidate
+
+
+@dataclass(frozen=True)
+class CanaryChange:
+    """What ``change_canary`` did: ``action`` is "ended" (the canary of ``version`` was stopped), "shown" (nothing
+    asked to change) or "set" (``version`` is the candidate named); ``canary`` is the canary running now, if any."""
+
+    action: str
+    canary: Canary | None
+    version: int | None = None
+
+
+def change_canary(
+    conn: psycopg.Connection,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    *,
+    percent: float | None = None,
+    tenants: str | Sequence[str] | None = None,
+    off: bool = False,
+    force: bool = False,
+    reason: str | None = None,
+) -> CanaryChange:
+    """Ends the canary (``off``), shows it (no percent and no tenants), or sets it for the version named by model
+    (and chunker) or number (``set_canary``; percent 0 with no tenants ends it). ``tenants`` is a list or "A,B"."""
+    if off:
+        return CanaryChange("ended", None, end_canary(conn, reason=reason))
+    if percent is None and tenants is None:
+        return CanaryChange("shown", canary_status(conn))
+    from toolkit.cutover import resolve_version
+
+    target = resolve_version(conn, model_alias, chunker_spec, version, action="canary")
+    names = tenants.split(",") if isinstance(tenants, str) else list(tenants or ())
+    chosen = [t for t in names if t.strip()]
+    return CanaryChange("set", set_canary(conn, target, percent or 0, chosen, force=force, reason=reason), target)
+
+
+@dataclass(frozen=True)
+class Cutover:
+    """A cutover done: the version now active, the one put on standby (None if none was active), whether forced."""
+
+    cutover_id: int
+    active: int
+    standby: int | None
+    forced: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cut_over(
+    conn: psycopg.Connection,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+) -> Cutover:
+    """Activates the version named by model (and chunker) or number (``toolkit.cutover.activate_version``; a canary
+    of it is promoted); the active version becomes standby."""
+    from toolkit import cutover
+    from toolkit.store.versions import active_version
+
+    target = cutover.resolve_version(conn, model_alias, chunker_spec, version, action="activate")
+    previous = active_version(conn)
+    cutover_id = cutover.activate_version(conn, target, force=force, reason=reason)
+    return Cutover(cutover_id, target, previous, force)
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """A rollback done: the version active now, the one that was (``rolled_back``), and the canary candidate that no
+    longer serves anything when the rollback ended a canary (else None)."""
+
+    cutover_id: int
+    active: int | None
+    rolled_back: int | None
+    canary_ended: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def roll_back(conn: psycopg.Connection, *, reason: str | None = None) -> Rollback:
+    """Ends the canary if one runs, else swaps back to the standby version (``toolkit.cutover.rollback_version``)."""
+    from toolkit.cutover import rollback_version
+    from toolkit.store.versions import active_version
+
+    canary = canary_status(conn)
+    current = active_version(conn)
+    cutover_id = rollback_version(conn, reason=reason)
+    return Rollback(cutover_id, active_version(conn), current, canary.candidate if canary else None)
+
+
+@dataclass(frozen=True)
+class QueryLogChange:
+    """The query log after ``configure_query_log``, and how many questions it pruned (None if not asked)."""
+
+    status: object  # toolkit.store.query_log.QueryLogStatus
+    pruned: int | None = None
+
+    def as_dict(self) -> dict:
+        return {**self.status.as_dict(), "pruned": self.pruned}
+
+
+def configure_query_log(
+    conn: psycopg.Connection,
+    *,
+    sample_rate: float | None = None,
+    retention: str | timedelta | None = None,
+    off: bool = False,
+    prune: bool = False,
+) -> QueryLogChange:
+    """Sets the query log's sample rate (``off``: 0; unchanged when only ``retention`` is given) and retention (a
+    timedelta or a duration such as 30d), prunes it if asked, and returns its status."""
+    from toolkit.cutover import parse_duration
+    from toolkit.store.query_log import prune_query_log, query_log_status, set_query_log
+
+    pruned = None
+    if off or sample_rate is not None or retention is not None:
+        rate = 0.0 if off else (sample_rate if sample_rate is not None else query_log_status(conn).sample_rate)
+        keep = parse_duration(retention) if isinstance(retention, str) else retention
+        set_query_log(conn, rate, keep)
+    if prune:
+        pruned = prune_query_log(conn)
+    return QueryLogChange(query_log_status(conn), pruned)
+
+
+@dataclass
+class Overview:
+    """What ``toolkit status`` reports: every version (``toolkit.version_status()``: state, what it serves, rows,
+    index, last evaluation), the canary if one runs, and the query log."""
+
+    versions: list  # toolkit.store.versions.VersionStatus
+    canary: Canary | None
+    query_log: object  # toolkit.store.query_log.QueryLogStatus
+
+    def as_dict(self) -> dict:
+        return {
+            "versions": [asdict(v) for v in self.versions],
+            "canary": self.canary.as_dict() if self.canary else None,
+            "query_log": self.query_log.as_dict(),
+        }
+
+    def version_rows(self) -> list[dict]:
+        """One dict per version, with its ``verification`` (current, stale, failed or -)."""
+        return [{**asdict(v), "verification": v.verification} for v in self.versions]
+
+
+def overview(conn: psycopg.Connection) -> Overview:
+    from toolkit.store.query_log import query_log_status
+    from toolkit.store.versions import version_status
+
+    return Overview(version_status(conn), canary_status(conn), query_log_status(conn))

@@ -197,3 +197,27 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
         changed_most=sorted(compared, key=lambda c: (c.overlap, c.top1_overlap))[:10],
         failed=failed,
     )
+
+
+def shadow_version(
+    conn: psycopg.Connection,
+    *,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    queries_path: str | Path | None = None,
+    since: str | timedelta = "1d",
+    tenant: str | None = None,
+    k: int = 5,
+) -> ShadowReport:
+    """``shadow`` of the version named by its model (and chunker) or its number (``toolkit.cutover.resolve_version``),
+    on the questions of ``queries_path`` (``questions_from_file``) or, without it, of the query log of the last
+    ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``)."""
+    from toolkit.cutover import parse_duration, resolve_version
+
+    candidate = resolve_version(conn, model_alias, chunker_spec, version, action="shadow")
+    if queries_path:
+        questions = questions_from_file(queries_path, tenant)
+    else:
+        questions = questions_from_log(conn, since if isinstance(since, timedelta) else parse_duration(since), tenant)
+    return shadow(conn, candidate, questions, k=k)

@@ -73,6 +73,28 @@ class VerifyReport:
             "losses": self.losses,
         }
 
+    def comparison(self) -> list[dict]:
+        """One row per side (the candidate, then the active version if one was scored): its metrics side by side."""
+        rows = []
+        for label, side in (("candidate", self.candidate), ("active", self.baseline)):
+            if side is None:
+                continue
+            m = side.metrics
+            rows.append(
+                {
+                    "": label,
+                    "version": side.version,
+                    "model": side.model_alias,
+                    f"recall@{self.k}": m.recall,
+                    "MRR": m.mrr,
+                    f"nDCG@{self.k}": m.ndcg,
+                    "span_recall": m.span_recall,
+                    "span_precision": m.span_precision,
+                    "span_IoU": m.span_iou,
+                }
+            )
+        return rows
+
 
 def pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
     with translate_errors(), conn.transaction():
@@ -195,3 +217,21 @@ def verify(
             elif b_hit and not c_hit:
                 losses.append(q.query)
     return VerifyReport(cand, base, tenant, k, passed, list(gate["reasons"]), evaluation_id, digest, wins, losses)
+
+
+def verify_version(
+    conn: psycopg.Connection,
+    queries_path: str | Path,
+    *,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    **options,
+) -> VerifyReport:
+    """``verify`` of the version named by its model (and chunker) or its number, in a state that may be verified
+    (``toolkit.cutover.resolve_version``); ``options`` are ``verify``'s (k, tenant, min_recall, max_drop,
+    min_queries)."""
+    from toolkit.cutover import resolve_version
+
+    candidate = resolve_version(conn, model_alias, chunker_spec, version, action="verify")
+    return verify(conn, candidate, queries_path, **options)

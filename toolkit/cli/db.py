@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
-from toolkit.cli._output import FORMAT_OPTION, emit, to_json
-
-
-def _settings():
-    return click.get_current_context().find_root().obj
+from toolkit.cli import _render
+from toolkit.cli._context import in_database
+from toolkit.cli._context import settings as _settings
+from toolkit.cli._output import FORMAT_OPTION
 
 
 @click.group()
@@ -34,7 +31,7 @@ def start() -> None:
 @db.command()
 def stop() -> None:
     """Stop the embedded server."""
-    from toolkit.db.connection import default_data_dir, stop_embedded
+    from toolkit.db.server import default_data_dir, stop_embedded
 
     data_dir = _settings().data_dir or default_data_dir()
     if stop_embedded(data_dir):
@@ -47,26 +44,29 @@ def stop() -> None:
 @FORMAT_OPTION
 def status(output_format: str) -> None:
     """Show whether the embedded server runs, where, and its schema revision."""
-    from toolkit.db import migrate
-    from toolkit.db.connection import check_server, connect, embedded_status
+    chosen = _settings()
+    _render.print_server_status(_server_status(chosen.database_url, chosen.data_dir), output_format)
 
-    settings = _settings()
-    if settings.database_url:
-        info = {"database_url": settings.database_url, "embedded": False}
-        url = settings.database_url
+
+def _server_status(database_url: str | None, data_dir: str | None) -> dict:
+    """The database at ``database_url``, or else the embedded server of ``data_dir`` (whether it runs, where): when
+    it can be reached, its server and pgvector versions, its schema revision and the head revision."""
+    from toolkit.db import migrate
+    from toolkit.db.connection import check_server, connect
+    from toolkit.db.server import embedded_status
+
+    if database_url:
+        info = {"database_url": database_url, "embedded": False}
+        url = database_url
     else:
-        info = {"embedded": True, **embedded_status(settings.data_dir)}
+        info = {"embedded": True, **embedded_status(data_dir)}
         url = info.get("url")
     if url:
         with connect(url, autocommit=True, register_vector=False) as conn:
             info.update(check_server(conn))
             info["schema_revision"] = migrate.current_revision(conn)
         info["head_revision"] = migrate.head_revision()
-    if output_format == "json":
-        click.echo(to_json(info))
-    else:
-        for key, value in info.items():
-            click.echo(f"{key:16} {value}")
+    return info
 
 
 @db.command()
@@ -93,31 +93,12 @@ def migrate(revision: str, downgrade: bool, force: bool) -> None:
     from toolkit.db import migrate as migrations
     from toolkit.db.connection import resolve_database
 
-    settings = _settings()
-    database = resolve_database(settings.database_url, settings.data_dir)
-    if downgrade:
-        before = migrations.database_revision(database.url)
-        result = migrations.downgrade(database.url, revision, force=force)
-        after = migrations.database_revision(database.url)
-        message = (
-            f"Downgraded from {before} to {after or 'base'}."
-            if before != after
-            else f"Already at {after or 'base'}; nothing was downgraded."
-        )
-    else:
-        before = migrations.database_revision(database.url)
-        result = migrations.upgrade(database.url, revision)
-        after = migrations.database_revision(database.url)
-        at_head = " (head)" if after == migrations.head_revision() else ""
-        if not result.changed:
-            message = f"Already at {after}{at_head}; nothing to do."
-        elif before == after:
-            message = f"Re-applied the functions, views, policies and grants of {after}{at_head}."
-        else:
-            message = f"Upgraded from {before or 'an empty database'} to {after}{at_head}."
-    for notice in result.notices:
-        click.echo(f"toolkit: {notice}", err=True)
-    click.echo(message)
+    chosen = _settings()
+    target = resolve_database(chosen.database_url, chosen.data_dir).url
+    before = migrations.database_revision(target)
+    result = migrations.downgrade(target, revision, force=force) if downgrade else migrations.upgrade(target, revision)
+    after = migrations.database_revision(target)
+    _render.print_migration(result, before, after, None if downgrade else migrations.head_revision(), downgrade)
 
 
 @click.command(name="status", short_help="Every version: state, what it serves, rows, index, last evaluation.")
@@ -126,55 +107,9 @@ def status_command(output_format: str) -> None:
     """Each version: model, chunker, state, what it serves (active, canary share, rollback target), rows, pending
     rows, documents and tenants, index validity, the last recall and whether its verification still counts for a
     cutover (stale once its contents changed); then the canary and the query log."""
-    from toolkit.cli._context import open_database
-    from toolkit.serving import canary_status
-    from toolkit.store.query_log import query_log_status
-    from toolkit.store.versions import version_status
+    from toolkit.serving import overview
 
-    _, conn = open_database()
-    with conn:
-        rows = [dataclasses.asdict(s) for s in version_status(conn)]
-        canary = canary_status(conn)
-        log = query_log_status(conn)
-    if output_format == "json":
-        click.echo(
-            to_json({"versions": rows, "canary": canary.as_dict() if canary else None, "query_log": log.as_dict()})
-        )
-        return
-    for row in rows:
-        passed = row["last_evaluation_passed"]
-        row["verification"] = (
-            "-" if passed is None else "failed" if not passed else "current" if row["evaluation_current"] else "stale"
-        )
-    emit(
-        rows,
-        "table",
-        [
-            "version",
-            "model_alias",
-            "chunker_version",
-            "state",
-            "serving",
-            "total_rows",
-            "pending_documents",
-            "documents",
-            "tenants",
-            "index_valid",
-            "last_recall",
-            "verification",
-        ],
-    )
-    if canary is not None:
-        click.echo(
-            f"Canary: version {canary.candidate} serves {canary.percent:g}% of request keys"
-            + (f" and tenants {', '.join(canary.tenants)}" if canary.tenants else "")
-            + f", since {canary.started_at:%Y-%m-%d %H:%M}."
-        )
-    click.echo(
-        "Query log: "
-        + ("off." if log.sample_rate == 0 else f"logging {log.sample_rate:.0%} of questions")
-        + (f", {log.questions:,} kept for {log.retention}." if log.sample_rate or log.questions else "")
-    )
+    _render.print_overview(in_database(overview), output_format)
 
 
 commands = [db, migrate, status_command]

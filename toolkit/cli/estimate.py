@@ -9,7 +9,6 @@ import click
 from toolkit import estimate as lib
 from toolkit import validation
 from toolkit.cli._params import Checked, Number
-from toolkit.errors import InputError
 
 
 def _count(what: str) -> Checked:
@@ -128,74 +127,13 @@ def _overlap(text: str) -> None:
     "--hnsw-m", type=Number(validation.HNSW_M), default=16, show_default=True, help="HNSW m, for the index size."
 )
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def estimate(
-    tokens,
-    words,
-    pages,
-    chunk_total,
-    words_per_page,
-    tokens_per_word,
-    corpus,
-    chunkers,
-    chunk_sizes,
-    overlaps,
-    k,
-    dims,
-    storage,
-    embed_price,
-    input_price,
-    queries_per_day,
-    system_prompt_tokens,
-    question_tokens,
-    memory,
-    hnsw_m,
-    output_format,
-):
+def estimate(output_format, **options):
     """Estimate chunks, embedding cost, raw vector bytes and prompt cost per query.
 
     Example: toolkit estimate --tokens 10M --chunk 200 --chunk 800 --overlap 0 --overlap 400 -k 5
     """
-    pricing = lib.Pricing(
-        k=k,
-        embed_price=embed_price,
-        input_price=input_price,
-        queries_per_day=None if queries_per_day is None else lib.parse_count(queries_per_day, "queries per day"),
-        system_prompt_tokens=system_prompt_tokens,
-        question_tokens=question_tokens,
-    )
-    shape = {
-        "dims": dims or (1536,),
-        "storage": storage or ("float32",),
-        "pricing": pricing,
-        "memory": None if memory is None else lib.parse_size(memory),
-        "hnsw_m": hnsw_m,
-    }
-    if corpus:
-        if any(v is not None for v in (tokens, words, pages, chunk_total)) or chunk_sizes or overlaps:
-            raise InputError(
-                "--corpus measures the corpus itself: drop --tokens/--words/--pages/--chunks and give the "
-                "chunking as --chunker SPEC (e.g. markdown:400:40) instead of --chunk/--overlap."
-            )
-        result = lib.estimate_corpus(corpus, chunkers, **shape)
-    elif chunkers:
-        raise InputError("--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap.")
-    elif chunk_total is not None:
-        if any(v is not None for v in (tokens, words, pages)):
-            raise InputError("Give the corpus size once: --chunks, or --tokens / --words / --pages, not both.")
-        result = lib.estimate(
-            chunks=lib.parse_count(chunk_total, "chunk count"),
-            configs=lib.pair_configs(chunk_sizes, overlaps),
-            **shape,
-        )
-    else:
-        size = lib.corpus_tokens(
-            tokens, words=words, pages=pages, words_per_page=words_per_page, tokens_per_word=tokens_per_word
-        )
-        result = lib.estimate(size, configs=lib.pair_configs(chunk_sizes, overlaps), **shape)
-    if output_format == "json":
-        click.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        click.echo(render_table(result))
+    result = lib.estimate_from(**options)
+    click.echo(json.dumps(result.to_dict(), indent=2) if output_format == "json" else render_table(result))
 
 
 def _size(n_bytes: int) -> str:

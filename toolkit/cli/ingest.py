@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from toolkit.cli._output import FORMAT_OPTION, plural, to_json
+from toolkit.cli import _render
+from toolkit.cli._context import open_database
+from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Number
 from toolkit.validation import BATCH_DOCUMENTS
 
@@ -34,7 +36,6 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
     Unchanged documents do nothing; changed ones are re-chunked and only new chunk texts are embedded.
     Unreadable files are reported and skipped; the exit code is 1 if any failed.
     """
-    from toolkit.cli._context import open_database
     from toolkit.ingest import ingest as run
     from toolkit.progress import Progress
 
@@ -44,29 +45,9 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
         with conn:
             report = run(conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress)
     except KeyboardInterrupt:
-        # The batch being written was rolled back; the ones before it are committed, and a run of the same
-        # command skips them (their content hashes are unchanged).
-        click.echo(
-            "\ntoolkit: interrupted; the batches written so far are kept. Run the same command again to continue: "
-            "unchanged documents are skipped.",
-            err=True,
-        )
+        _render.say_ingest_interrupted()
         sys.exit(130)
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
-    else:
-        click.echo(
-            f"{plural(report.documents, 'document')} for tenant {report.tenant}: {report.new} new, "
-            f"{report.changed} changed, {report.unchanged} unchanged, {report.deleted} deleted, "
-            f"{len(report.failed)} failed."
-        )
-        for version, count in sorted(report.chunks_written.items()):
-            click.echo(f"  version {version}: {plural(count, 'chunk')} written")
-        click.echo(f"  embeddings: {report.embedded} computed, {report.reused} reused")
-        if not report.versions:
-            click.echo("  no version exists yet: the documents are stored; run `toolkit backfill --model ALIAS`.")
-        for failure in report.failed:
-            click.echo(f"  failed: {failure.source}: {failure.reason}", err=True)
+    _render.print_ingest(report, output_format)
     if report.failed:
         sys.exit(1)
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 
 import click
 
 from toolkit import validation
-from toolkit.cli._output import FORMAT_OPTION, emit, plural, to_json
+from toolkit.cli import _render
+from toolkit.cli._context import database_url, in_database, open_database
+from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Duration, Number
 
 VERSION_OPTIONS = [
@@ -76,19 +76,7 @@ def version_options(function):
     help="Store fewer dimensions (models that support shortening only).",
 )
 @FORMAT_OPTION
-def backfill(
-    model_alias,
-    chunker_spec,
-    resume,
-    batch_size,
-    requests_per_minute,
-    tokens_per_minute,
-    max_cost,
-    workers,
-    storage,
-    dimensions,
-    output_format,
-) -> None:
+def backfill(model_alias, chunker_spec, output_format, **options) -> None:
     """Chunk, embed and write every stored document into the version for (--model, --chunker).
 
     The database is the work queue: each document's rows are written whole, once, in the transaction that
@@ -96,74 +84,25 @@ def backfill(
     flight; a second Ctrl-C aborts them (they roll back). At the end the HNSW index is built and the version
     becomes ready.
     """
-    from toolkit.backfill import backfill as run
-    from toolkit.cli._context import open_database
+    from toolkit.backfill import backfill_interruptible
     from toolkit.progress import Progress
 
-    db, conn = open_database()
-    conn.close()
-    stop = threading.Event()
-
-    def interrupt(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        click.echo("\ntoolkit: stopping after the current batch (Ctrl-C again to abort it)…", err=True)
-
-    previous = signal.signal(signal.SIGINT, interrupt)
+    url = database_url()
     try:
-        report = run(
-            db.url,
+        report = backfill_interruptible(
+            url,
             model_alias,
             chunker_spec,
-            resume=resume,
-            batch_size=batch_size,
-            requests_per_minute=requests_per_minute,
-            tokens_per_minute=tokens_per_minute,
-            max_cost=max_cost,
-            workers=workers,
-            storage=storage,
-            dimensions=dimensions,
-            stop=stop,
+            on_stop=_render.say_backfill_stopping,
             progress=Progress("backfill", unit="documents"),
+            **options,
         )
     except KeyboardInterrupt:
-        # The second Ctrl-C: the batches in flight are abandoned; their transactions roll back with the connections.
-        click.echo(
-            f"\ntoolkit: aborted; the batches in flight were rolled back. Continue with: toolkit backfill --model "
-            f"{model_alias}" + (f" --chunker {chunker_spec}" if chunker_spec else "") + " --resume",
-            err=True,
-        )
+        _render.say_backfill_aborted(model_alias, chunker_spec)
         sys.exit(130)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
-    else:
-        click.echo(
-            f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
-            f"{plural(report.documents_chunked, 'document')} chunked, {plural(report.rows_written, 'row')} written "
-            f"({report.rows_embedded} embedded), {report.tokens:,} tokens, estimated "
-            f"${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
-        )
-        if report.documents_without_chunks:
-            click.echo(
-                f"{report.documents_without_chunks} document(s) made no chunk with {report.chunker_version} "
-                "(nothing to search in them); they stay in the queue and are checked again by --resume.",
-                err=True,
-            )
-        if report.index_seconds is not None:
-            click.echo(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
-        elif report.state == "building" and not report.stopped:
-            click.echo("Another backfill of this version holds its last documents and will build the index.")
-    if report.stopped:
-        reason = {"max-cost": "the next batch would pass --max-cost", "interrupted": "interrupted"}[report.stopped]
-        click.echo(
-            f"Stopped: {reason}. Continue with: toolkit backfill --model {model_alias} "
-            f"--chunker {chunker_spec or report.chunker_version.rsplit('@', 1)[0]} --resume",
-            err=True,
-        )
-        sys.exit(3 if report.stopped == "max-cost" else 130)
+    _render.print_backfill(report, output_format, model_alias, chunker_spec)
+    if report.exit_code:
+        sys.exit(report.exit_code)
 
 
 @click.command(short_help="Score a version on labelled queries against the active one; gate it.")
@@ -204,9 +143,7 @@ def backfill(
     help="Fail when recall@k is more than this below the active version's.",
 )
 @FORMAT_OPTION
-def verify(
-    model_alias, chunker_spec, version, queries_path, k, tenant, min_recall, min_queries, max_drop, output_format
-) -> None:
+def verify(output_format, **options) -> None:
     """Run the labelled queries against the candidate and the active version through the SQL applications use.
 
     Reports recall@k, MRR, nDCG@k and span recall/precision/IoU side by side, the queries the candidate wins
@@ -214,58 +151,10 @@ def verify(
     (toolkit.evaluate_version), which alone records the result. With no other version active, --min-recall is
     required; a query set smaller than --min-queries is refused.
     """
-    from toolkit.cli._context import open_database
-    from toolkit.cutover import resolve_version
-    from toolkit.verify import verify as run
+    from toolkit.verify import verify_version
 
-    _, conn = open_database()
-    with conn:
-        candidate = resolve_version(
-            conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby", "active")
-        )
-        report = run(
-            conn,
-            candidate,
-            queries_path,
-            k=k,
-            tenant=tenant,
-            min_recall=min_recall,
-            max_drop=max_drop,
-            min_queries=min_queries,
-        )
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
-    else:
-        rows = []
-        for label, side in (("candidate", report.candidate), ("active", report.baseline)):
-            if side is None:
-                continue
-            m = side.metrics
-            rows.append(
-                {
-                    "": label,
-                    "version": side.version,
-                    "model": side.model_alias,
-                    f"recall@{k}": m.recall,
-                    "MRR": m.mrr,
-                    f"nDCG@{k}": m.ndcg,
-                    "span_recall": m.span_recall,
-                    "span_precision": m.span_precision,
-                    "span_IoU": m.span_iou,
-                }
-            )
-        emit(rows, "table")
-        count = report.candidate.metrics.queries
-        click.echo(
-            f"{plural(count, 'query', 'queries')}, tenant {report.tenant}; "
-            f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
-        )
-        for query in report.losses[:10]:
-            click.echo(f"  lost: {query}")
-        for query in report.wins[:10]:
-            click.echo(f"  won:  {query}")
-        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.reasons)
-        click.echo(f"Gate {verdict} (evaluation {report.evaluation_id}).")
+    report = in_database(verify_version, **options)
+    _render.print_verify(report, output_format)
     if not report.passed:
         sys.exit(1)
 
@@ -281,20 +170,10 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 
     Requires a passing `toolkit verify` newer than the version's last change, unless --force.
     """
-    from toolkit import cutover
-    from toolkit.cli._context import open_database
-    from toolkit.cutover import resolve_version
-    from toolkit.store import versions
+    from toolkit.serving import cut_over
 
-    _, conn = open_database()
-    with conn:
-        target = resolve_version(conn, model_alias, chunker_spec, version, states=("ready", "verified", "standby"))
-        previous = versions.active_version(conn)
-        cutover_id = cutover.activate_version(conn, target, force=force, reason=reason)
-    if output_format == "json":
-        click.echo(to_json({"cutover_id": cutover_id, "active": target, "standby": previous, "forced": force}))
-        return
-    click.echo(f"Version {target} is active" + (f"; version {previous} is on standby." if previous else "."))
+    done = in_database(cut_over, model_alias, chunker_spec, version, force=force, reason=reason)
+    _render.print_cutover(done, output_format)
 
 
 @click.command(short_help="End the canary, or go back to the standby version, in one transaction.")
@@ -303,31 +182,9 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 def rollback(reason, output_format) -> None:
     """During a canary: end it (every request back to the active version). Otherwise: swap active_chunks back to
     the version the active one replaced (which must still be on standby)."""
-    from toolkit import cutover
-    from toolkit.cli._context import open_database
-    from toolkit.serving import canary_status
-    from toolkit.store import versions
+    from toolkit.serving import roll_back
 
-    _, conn = open_database()
-    with conn:
-        canary = canary_status(conn)
-        current = versions.active_version(conn)
-        cutover_id = cutover.rollback_version(conn, reason=reason)
-        restored = versions.active_version(conn)
-    if output_format == "json":
-        ended = canary.candidate if canary else None
-        click.echo(
-            to_json({"cutover_id": cutover_id, "active": restored, "rolled_back": current, "canary_ended": ended})
-        )
-        return
-    if canary is not None:
-        click.echo(
-            f"Canary ended: version {canary.candidate} serves nothing now; version {restored} serves every request."
-        )
-    else:
-        click.echo(
-            f"Rolled back: version {restored} is active again; version {current} is ready (verify it to reuse it)."
-        )
+    _render.print_rollback(in_database(roll_back, reason=reason), output_format)
 
 
 @click.command(short_help="Drop standby and abandoned versions past the rollback window.")
@@ -347,26 +204,18 @@ def retire(older_than, version, dry_run, output_format) -> None:
 
     The active version is never retired.
     """
-    from toolkit import cutover
-    from toolkit.cli._context import open_database
-    from toolkit.cutover import parse_duration, retire_old_versions
-    from toolkit.store import versions
+    from toolkit.cutover import parse_duration, retire_old_versions, retire_version
+    from toolkit.store.versions import active_version
 
     _, conn = open_database()
     with conn:
-        if version is not None:
-            if dry_run and version == versions.active_version(conn):
-                raise click.ClickException(f"Version {version} is active and cannot be retired.")
-            if not dry_run:
-                cutover.retire_version(conn, version, reason="toolkit retire --version")
-            retired = [version]
-        else:
+        if version is None:
             retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
-    if output_format == "json":
-        click.echo(to_json({"retired": [] if dry_run else retired, "would_retire": retired if dry_run else []}))
-        return
-    verb = "Would retire" if dry_run else "Retired"
-    click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
+        elif dry_run and version == active_version(conn):
+            raise click.ClickException(f"Version {version} is active and cannot be retired.")
+        elif not dry_run:
+            retire_version(conn, version, reason="toolkit retire --version")
+    _render.print_retired([version] if version is not None else retired, dry_run, output_format)
 
 
 commands = [backfill, verify, cutover, rollback, retire]

@@ -6,11 +6,24 @@ import dataclasses
 
 import click
 
+from toolkit.cli import _render
+from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION, emit
 from toolkit.cli._params import MaybeEmpty, Number
 from toolkit.validation import DIMENSIONS, MAX_INPUT_TOKENS, PRICE
 
 PROVIDERS = ["openai", "sentence-transformers", "e5", "hashing"]
+COLUMNS = [
+    "alias",
+    "provider",
+    "model_name",
+    "dimensions",
+    "distance",
+    "max_input_tokens",
+    "query_prefix",
+    "price_per_million_tokens",
+    "base_url",
+]
 
 
 @click.group()
@@ -47,72 +60,32 @@ def model() -> None:
 @click.option(
     "--price", "price", type=Number(PRICE), default=0.0, show_default=True, help="USD per million input tokens."
 )
-def add(
-    alias,
-    provider,
-    name,
-    dims,
-    base_url,
-    query_prefix,
-    document_prefix,
-    max_input_tokens,
-    supports_shortening,
-    distance,
-    options,
-    price,
-) -> None:
+def add(alias, provider, name, dims, options, price, **settings) -> None:
     """Register ALIAS for a model; the model is probed once to confirm its dimensions."""
-    from toolkit.cli._context import open_database
     from toolkit.store.models import parse_options, register_model
 
-    _, conn = open_database()
-    with conn:
-        registered = register_model(
+    def register(conn):  # the database is opened (and named on stderr) before the options are parsed
+        return register_model(
             conn,
             alias,
             provider,
             name,
             dimensions=dims,
-            base_url=base_url,
-            query_prefix=query_prefix,
-            document_prefix=document_prefix,
-            max_input_tokens=max_input_tokens,
-            supports_shortening=supports_shortening,
-            distance=distance,
             price_per_million_tokens=price,
             options=parse_options(options),
+            **settings,
         )
-    click.echo(
-        f"Registered {registered.alias}: {registered.provider}:{registered.model_name}, "
-        f"{registered.dimensions} dimensions, input limit {registered.max_input_tokens} tokens."
-    )
+
+    _render.print_registered(in_database(register))
 
 
 @model.command(name="list")
 @FORMAT_OPTION
 def list_(output_format: str) -> None:
     """List the registered models."""
-    from toolkit.cli._context import open_database
     from toolkit.store.models import list_models
 
-    _, conn = open_database()
-    with conn:
-        rows = [dataclasses.asdict(m) for m in list_models(conn)]
-    emit(
-        rows,
-        output_format,
-        [
-            "alias",
-            "provider",
-            "model_name",
-            "dimensions",
-            "distance",
-            "max_input_tokens",
-            "query_prefix",
-            "price_per_million_tokens",
-            "base_url",
-        ],
-    )
+    emit([dataclasses.asdict(m) for m in in_database(list_models)], output_format, COLUMNS)
 
 
 commands = [model]

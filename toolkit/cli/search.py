@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import click
 
-from toolkit.cli._context import open_database
-from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli import _render
+from toolkit.cli._context import in_database
+from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Number
 from toolkit.validation import EF_SEARCH, RESULTS, VERSION_NUMBER
-
-COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 
 
 @click.command(short_help="Search as an application would: the serving version, pinned.")
@@ -33,65 +32,17 @@ COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
 @click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
 @click.option("--ef-search", type=Number(EF_SEARCH), help="hnsw.ef_search for this search (default 40).")
 @FORMAT_OPTION
-def search(
-    question, tenant, k, request_key, version, hybrid, expand, filters, principals, ef_search, output_format
-) -> None:
+def search(question, tenant, k, output_format, **options) -> None:
     """Search for QUESTION as an application does: `toolkit.serving_model(--request-key)` names the version (the
     active one, or the canary candidate for its share), the question is embedded with that version's model (and its
     query prefix), and that version is searched (pinned). Row-level security applies (the reader role).
 
     Prints rank, score, heading path, document, character span and text.
     """
-    from toolkit.search import applies_access_labels, parse_filters
-    from toolkit.search import search as run_search
+    from toolkit.search import search_request
 
-    _, conn = open_database()
-    with conn:
-        if not applies_access_labels(conn):
-            click.echo(
-                "toolkit: this login is a service role that cannot take toolkit_reader: access labels are not "
-                "applied (every labelled chunk of the tenant is searched). Connect as a reader login to see what an "
-                "application sees.",
-                err=True,
-            )
-        hits = run_search(
-            conn,
-            question,
-            tenant,
-            k,
-            hybrid=hybrid,
-            expand=expand,
-            filters=parse_filters(filters),
-            principals=principals,
-            ef_search=ef_search,
-            version=version,
-            request_key=request_key,
-        )
-    if hits:
-        click.echo(f"toolkit: version {hits[0].version} ({hits[0].model_alias}) served this search", err=True)
-    if output_format == "json":
-        emit([hit.as_dict() for hit in hits], "json")
-        return
-    rows = [
-        {
-            "rank": hit.rank,
-            "score": hit.score,
-            "heading_path": " > ".join(hit.heading_path),
-            "doc_id": hit.doc_id,
-            "span": f"{hit.start}-{hit.end}",
-            "pages": ",".join(map(str, hit.pages)) if hit.pages else None,
-            "text": _one_line(hit.text),
-        }
-        for hit in hits
-    ]
-    # The pages column only when a hit has pages (PDF sources), for citations.
-    columns = COLUMNS if not any(hit.pages for hit in hits) else [*COLUMNS[:-1], "pages", COLUMNS[-1]]
-    emit(rows, "table", columns)
-
-
-def _one_line(text: str, width: int = 100) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    hits = in_database(search_request, question, tenant, k, on_unlabelled=_render.say_unlabelled, **options)
+    _render.print_hits(hits, output_format)
 
 
 commands = [search]

@@ -538,3 +538,117 @@ def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> l
             tokens = count_tokens(compose_embed_text(first.heading_path, "", body))
         contexts.append(Unit(group["doc_id"], group["start"], group["end"], tokens))
     return contexts
+
+
+def evaluate_request(
+    queries: str | Path,
+    *,
+    corpus: Sequence[str | Path] = (),
+    configs: Sequence[str] = (),
+    model: str | None = None,
+    k: int = 5,
+    scorer: str = "embedding",
+    retrieval: Sequence[str] = (),
+    input_price: float = DEFAULT_INPUT_PRICE,
+    cache_dir: str | Path | None = None,
+    no_cache: bool = False,
+    version: int | None = None,
+    tenant: str | None = None,
+    progress: bool = False,
+    plot: str | Path | None = None,
+    connect=None,
+) -> EvalReport:
+    """What ``toolkit eval`` runs: the database ``version`` through SQL (``toolkit.evaluation.stored``; its own
+    documents, chunks and model, so no corpus, configs, model or retrieval), or else ``evaluate`` of the ``corpus``
+    with each of ``configs`` (default: the spec recommended for the model's input limit). ``model`` is
+    provider:name (default MiniLM) or a registered alias. Embeddings are cached in ``cache_dir`` (default
+    ~/.cache/toolkit) unless ``no_cache`` or the bow scorer; ``plot`` writes the frontier PNG. ``connect()`` returns
+    a connection when one is needed (the version, an alias, full-text retrieval); default: the toolkit database."""
+    from toolkit.evaluation.cache import default_cache_dir
+
+    if connect is None:
+        from toolkit.db.schema import open_database
+
+        def connect():
+            return open_database()[1]
+
+    directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
+    if version is not None:
+        if retrieval:
+            raise InputError("--version searches the version through SQL as applications do; drop --retrieval.")
+        report = _evaluate_stored(
+            version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect
+        )
+    else:
+        report = _evaluate_corpus(
+            corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, progress, connect
+        )
+    if plot:
+        from toolkit.evaluation.frontier import plot_frontier
+
+        plot_frontier(report, plot)
+    return report
+
+
+def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, progress, connect):
+    import contextlib
+
+    from toolkit.chunking import recommended_spec
+    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.evaluation.retrieval import split_retrievals
+
+    if not corpus:
+        raise InputError(
+            "Give the documents with --corpus PATH (and the chunker configurations with --configs, e.g. "
+            "fixed:200:0,markdown:400:40), or evaluate a database version with --version N."
+        )
+    if scorer == "embedding":
+        embedder = _model_embedder(model, connect)
+    elif model is not None:
+        raise InputError("--scorer bow scores words, not vectors, so --model has no effect; drop one of the two.")
+    else:
+        embedder = None
+    configs = configs or [recommended_spec(getattr(embedder, "max_input_tokens", None))]
+    retrieval = list(retrieval) or None
+    lexical = scorer == "embedding" and any(r.lexical for r in split_retrievals(retrieval))
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(connect()) if lexical else None
+        cache = stack.enter_context(EmbeddingCache(directory))
+        return evaluate(
+            list(corpus),
+            queries,
+            list(configs),
+            embedder=embedder,
+            scorer=scorer,
+            k=k,
+            input_price=input_price,
+            cache=cache,
+            progress=progress,
+            retrieval=retrieval,
+            conn=conn,
+        )
+
+
+def _evaluate_stored(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect):
+    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.evaluation.stored import evaluate_version
+
+    given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]
+    if given or scorer != "embedding":
+        raise InputError(
+            f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
+        )
+    with connect() as conn, EmbeddingCache(directory) as cache:
+        return evaluate_version(conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache)
+
+
+def _model_embedder(model: str | None, connect):
+    """The embedder of provider:name (default MiniLM), or of a registered alias (read through ``connect()``)."""
+    from toolkit.embedding import DEFAULT_MODEL_REF, get_embedder
+
+    if model is None or ":" in model:
+        return get_embedder(model or DEFAULT_MODEL_REF)
+    from toolkit.store.models import embedder_for_model, get_model
+
+    with connect() as conn:
+        return embedder_for_model(get_model(conn, model))

@@ -37,6 +37,13 @@ class VersionStatus:
     rollback_target: bool
     pending_documents: int | None  # documents a backfill has still to chunk and embed into this version
 
+    @property
+    def verification(self) -> str:
+        """Whether its last verification lets a cutover through: "-" (never evaluated), "failed", "current" or
+        "stale" (it passed, but the contents changed since)."""
+        passed = self.last_evaluation_passed
+        return "-" if passed is None else "failed" if not passed else "current" if self.evaluation_current else "stale"
+
 
 def _scalar(conn: psycopg.Connection, query: str, params: tuple = ()):
     with translate_errors(), conn.transaction():
