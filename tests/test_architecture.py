@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "toolkit"
-VERBS = {"ingest", "backfill", "verify", "cutover", "search", "serving", "shadow", "estimate", "demo"}
+VERBS = {"ingest", "backfill", "verify", "cutover", "search", "serving", "shadow", "status", "estimate", "demo"}
 BASE = {"errors", "validation", "progress"}
 # layer → the layers it may import (itself included)
 ALLOWED = {

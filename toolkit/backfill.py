@@ -76,7 +76,6 @@ class BackfillReport:
     # Seconds spent in each stage, summed over the workers (they overlap, so the sum exceeds the wall time):
     # claim (the queue query), chunk, embed (the model call), write (COPY) and commit.
     stages: dict[str, float] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         data = dict(self.__dict__)
@@ -390,18 +389,25 @@ def _work_left(conn, target: LiveVersion) -> int:
         return left
 
 
-def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB"):
-    """Builds the HNSW index after the load and moves the version to ready; returns the index build seconds.
+@dataclass(frozen=True)
+class Finalized:
+    """What ``finalize_version`` did: ``outcome`` is "ready" (the index was built and the version moved to ready;
+    ``index_seconds`` is the build's time), "pending" (rows still wait for an embedding: nothing was done) or
+    "not building" (another backfill finished the version first)."""
 
-    Returns "pending" when rows still wait for an embedding, and None when the version is no longer building
-    (a concurrent backfill finished it)."""
+    outcome: str
+    index_seconds: float | None = None
+
+
+def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB") -> Finalized:
+    """Builds the HNSW index after the load and moves the version to ready (see ``Finalized``)."""
     # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
     # second build), and marking a version ready twice is a no-op.
     if _version_row(conn, version)[6] != "building":
-        return None
+        return Finalized("not building")
     with conn.transaction():
         if versions.version_pending_rows(conn, version) > 0:
-            return "pending"
+            return Finalized("pending")
     # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
     # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
     with conn.transaction():
@@ -416,8 +422,8 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     try:
         versions.mark_version_ready(conn, version)
     except StateError:
-        return "pending"
-    return seconds
+        return Finalized("pending")
+    return Finalized("ready", seconds)
 
 
 def _index_valid(conn, version: int) -> bool:
@@ -526,10 +532,9 @@ def backfill(
             if _work_left(conn, target):
                 continue  # skipped by every worker (held by another writer then): another pass
             finished = finalize_version(conn, version)
-            if finished == "pending":
+            if finished.outcome == "pending":
                 continue
-            if isinstance(finished, float):
-                report.index_seconds = finished
+            report.index_seconds = finished.index_seconds
             break
         else:
             raise StateError(

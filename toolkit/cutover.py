@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 import psycopg
@@ -164,3 +165,60 @@ def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_
             retire_version(conn, version, reason=f"{state} for longer than {older_than}")
         retired.append(version)
     return retired
+
+
+@dataclass(frozen=True)
+class Cutover:
+    """A cutover done: the version now active, the one put on standby (None if none was active), whether forced."""
+
+    cutover_id: int
+    active: int
+    standby: int | None
+    forced: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def cut_over(
+    conn: psycopg.Connection,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    *,
+    force: bool = False,
+    reason: str | None = None,
+) -> Cutover:
+    """Activates the version named by model (and chunker) or number (``activate_version``; a canary
+    of it is promoted); the active version becomes standby."""
+    from toolkit.store.versions import active_version
+
+    target = resolve_version(conn, model_alias, chunker_spec, version, action="activate")
+    previous = active_version(conn)
+    cutover_id = activate_version(conn, target, force=force, reason=reason)
+    return Cutover(cutover_id, target, previous, force)
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """A rollback done: the version active now, the one that was (``rolled_back``), and the canary candidate that no
+    longer serves anything when the rollback ended a canary (else None)."""
+
+    cutover_id: int
+    active: int | None
+    rolled_back: int | None
+    canary_ended: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def roll_back(conn: psycopg.Connection, *, reason: str | None = None) -> Rollback:
+    """Ends the canary if one runs, else swaps back to the standby version (``rollback_version``)."""
+    from toolkit.serving import canary_status
+    from toolkit.store.versions import active_version
+
+    canary = canary_status(conn)
+    current = active_version(conn)
+    cutover_id = rollback_version(conn, reason=reason)
+    return Rollback(cutover_id, active_version(conn), current, canary.candidate if canary else None)

@@ -1,6 +1,6 @@
 """The arithmetic of a chunking choice: chunks, embedding cost, raw vector bytes and prompt cost per query.
 
-Formulas (docs/estimate.md explains them against the seed documents' worked numbers):
+Formulas (docs/estimate.md explains them against the source documents' worked numbers (docs/sources.md)):
 chunks = ceil(tokens / (chunk - overlap)); embedded tokens = tokens + (chunks - 1) * overlap;
 raw vector bytes = chunks * bytes per vector; context per query = k * chunk tokens;
 HNSW index bytes = chunks * (vector + graph bytes per element), see ``hnsw_index_bytes``; with a memory size, whether
@@ -27,7 +27,7 @@ _SIZE_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 INDEX_MEMORY_SHARE = 0.75
 # pgvector 0.8's HNSW pages: each element tuple holds the vector (with its 8-byte header), 10 heap TIDs and a
 # little bookkeeping (about 80 bytes); its neighbour tuple holds (level + 2) * m TIDs of 6 bytes, (2 + 1/(m - 1)) * m
-# on average; 1.05 for the space a page cannot fill. Within 9 % of the three builds in DESIGN.md (200k × 384:
+# on average; 1.05 for the space a page cannot fill. Within 9 % of the three builds measured here (200k × 384:
 # vector 391 MB, halfvec 223 MB, binary quantization 67 MB).
 _HNSW_ELEMENT_BYTES = 80 + 8
 _HNSW_PAGE_FILL = 1.05
@@ -111,7 +111,7 @@ def memory_fit(index_bytes: int, memory_bytes: int) -> MemoryFit:
 
 
 def tokens_from_words(words: float, tokens_per_word: float = 1.3) -> int:
-    """Tokens in `words` words of English prose; 1.3 tokens a word is the seed documents' rule of thumb."""
+    """Tokens in `words` words of English prose; 1.3 tokens a word is the chunk-size lesson's rule of thumb."""
     if words < 0 or tokens_per_word <= 0:
         raise InputError("Words must be zero or more and tokens per word above zero (English prose: about 1.3).")
     return round(words * tokens_per_word)
@@ -195,8 +195,8 @@ class Pricing:
     """What a query costs around the retrieved chunks: model prices, traffic and the fixed prompt."""
 
     k: int = 5
-    embed_price: float = 0.20  # USD per million tokens (the 004 table's assumption)
-    input_price: float = 2.0  # USD per million input tokens (the 004 table's assumption)
+    embed_price: float = 0.20  # USD per million tokens (the cost essay's assumption, docs/sources.md)
+    input_price: float = 2.0  # USD per million input tokens (the cost essay's assumption, docs/sources.md)
     queries_per_day: int | None = None
     system_prompt_tokens: int = 0
     question_tokens: int = 0
@@ -306,7 +306,7 @@ def estimate(
     """Estimate each (chunk, overlap) configuration for a corpus of `tokens` tokens (with `memory`, in bytes:
     whether each HNSW index fits a server of that size).
 
-    Give `chunks` instead of `tokens` when the chunk count is what you know (the seed's "10M chunks"):
+    Give `chunks` instead of `tokens` when the chunk count is what you know (the chunking guide's "10M chunks"):
     the embedded tokens are then `chunks * chunk`, every chunk full.
     """
     if (tokens is None) == (chunks is None):

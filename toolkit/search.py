@@ -71,13 +71,13 @@ def parse_filters(pairs: Sequence[str]) -> dict:
     """Turns ``KEY=VALUE`` strings into the filters object; a key given twice collects its values."""
     filters: dict = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key = key.strip()
-        if not sep or key not in FILTER_KEYS:
+        parsed = validation.key_value(pair, FILTER_KEYS)
+        if parsed is None:
             raise InputError(
                 f"The filter {pair!r} is not KEY=VALUE with a known key; the keys are {', '.join(FILTER_KEYS)} "
                 "(e.g. --filter doc_id=guide.md --filter updated_after=2026-01-01)."
             )
+        key, value = parsed
         if key == "heading_prefix":
             value = [part.strip() for part in value.split(">")]
             filters[key] = value

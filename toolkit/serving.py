@@ -176,64 +176,6 @@ def change_canary(
 
 
 @dataclass(frozen=True)
-class Cutover:
-    """A cutover done: the version now active, the one put on standby (None if none was active), whether forced."""
-
-    cutover_id: int
-    active: int
-    standby: int | None
-    forced: bool
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def cut_over(
-    conn: psycopg.Connection,
-    model_alias: str | None = None,
-    chunker_spec: str | None = None,
-    version: int | None = None,
-    *,
-    force: bool = False,
-    reason: str | None = None,
-) -> Cutover:
-    """Activates the version named by model (and chunker) or number (``toolkit.cutover.activate_version``; a canary
-    of it is promoted); the active version becomes standby."""
-    from toolkit import cutover
-    from toolkit.store.versions import active_version
-
-    target = cutover.resolve_version(conn, model_alias, chunker_spec, version, action="activate")
-    previous = active_version(conn)
-    cutover_id = cutover.activate_version(conn, target, force=force, reason=reason)
-    return Cutover(cutover_id, target, previous, force)
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """A rollback done: the version active now, the one that was (``rolled_back``), and the canary candidate that no
-    longer serves anything when the rollback ended a canary (else None)."""
-
-    cutover_id: int
-    active: int | None
-    rolled_back: int | None
-    canary_ended: int | None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def roll_back(conn: psycopg.Connection, *, reason: str | None = None) -> Rollback:
-    """Ends the canary if one runs, else swaps back to the standby version (``toolkit.cutover.rollback_version``)."""
-    from toolkit.cutover import rollback_version
-    from toolkit.store.versions import active_version
-
-    canary = canary_status(conn)
-    current = active_version(conn)
-    cutover_id = rollback_version(conn, reason=reason)
-    return Rollback(cutover_id, active_version(conn), current, canary.candidate if canary else None)
-
-
-@dataclass(frozen=True)
 class QueryLogChange:
     """The query log after ``configure_query_log``, and how many questions it pruned (None if not asked)."""
 
@@ -265,31 +207,3 @@ def configure_query_log(
     if prune:
         pruned = prune_query_log(conn)
     return QueryLogChange(query_log_status(conn), pruned)
-
-
-@dataclass
-class Overview:
-    """What ``toolkit status`` reports: every version (``toolkit.version_status()``: state, what it serves, rows,
-    index, last evaluation), the canary if one runs, and the query log."""
-
-    versions: list  # toolkit.store.versions.VersionStatus
-    canary: Canary | None
-    query_log: object  # toolkit.store.query_log.QueryLogStatus
-
-    def as_dict(self) -> dict:
-        return {
-            "versions": [asdict(v) for v in self.versions],
-            "canary": self.canary.as_dict() if self.canary else None,
-            "query_log": self.query_log.as_dict(),
-        }
-
-    def version_rows(self) -> list[dict]:
-        """One dict per version, with its ``verification`` (current, stale, failed or -)."""
-        return [{**asdict(v), "verification": v.verification} for v in self.versions]
-
-
-def overview(conn: psycopg.Connection) -> Overview:
-    from toolkit.store.query_log import query_log_status
-    from toolkit.store.versions import version_status
-
-    return Overview(version_status(conn), canary_status(conn), query_log_status(conn))

@@ -138,3 +138,14 @@ def check_text(value: str, what: str) -> str:
     if problem:
         raise InputError(f"{what[0].upper()}{what[1:]} {shown(value)} {problem}; pass it as UTF-8 text.")
     return value
+
+
+def key_value(pair: str, keys=None) -> tuple[str, str] | None:
+    """A ``KEY=VALUE`` string split at its first ``=``, the key stripped and the value as given; None when there is
+    no ``=`` or the key is not one of ``keys`` (any identifier when ``keys`` is None). Each caller (chunker specs,
+    retrieval options, search filters, model options) says in its own words what was wrong."""
+    key, sep, value = pair.partition("=")
+    key = key.strip()
+    if not sep or not (key.isidentifier() if keys is None else key in keys):
+        return None
+    return key, value

@@ -22,8 +22,8 @@ from toolkit.errors import InputError
 from toolkit.evaluation.metrics import RetrievalMetrics
 from toolkit.evaluation.queries import load_queries
 
-# The seed's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused unless the
-# caller says so (min_queries).
+# The chunking guide's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused
+# unless the caller says so (min_queries).
 MIN_QUERIES = 50
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from toolkit.errors import InputError
+from toolkit.validation import key_value
 
 STRATEGIES = ("fixed", "sentence", "recursive", "markdown", "html", "code", "semantic", "cluster")
 
@@ -84,13 +85,13 @@ def parse_spec(spec: str) -> Spec:
     options: dict = {}
     allowed = COMMON_OPTIONS | STRATEGY_OPTIONS[strategy]
     for extra in extras:
-        key, sep, value = extra.partition("=")
-        key = key.strip()
-        if not sep or key not in allowed:
+        parsed = key_value(extra, allowed)
+        if parsed is None:
             raise InputError(
                 f"The chunker spec '{spec}' has an option '{extra}' that {strategy} does not take; "
                 f"options are key=value with key one of {', '.join(sorted(allowed))}."
             )
+        key, value = parsed
         options[key] = _option(spec, key, value.strip())
     if parent is not None:
         options["parent"] = parse_spec(parent).canonical

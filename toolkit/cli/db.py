@@ -44,29 +44,10 @@ def stop() -> None:
 @FORMAT_OPTION
 def status(output_format: str) -> None:
     """Show whether the embedded server runs, where, and its schema revision."""
+    from toolkit.db.schema import database_status
+
     chosen = _settings()
-    _render.print_server_status(_server_status(chosen.database_url, chosen.data_dir), output_format)
-
-
-def _server_status(database_url: str | None, data_dir: str | None) -> dict:
-    """The database at ``database_url``, or else the embedded server of ``data_dir`` (whether it runs, where): when
-    it can be reached, its server and pgvector versions, its schema revision and the head revision."""
-    from toolkit.db import migrate
-    from toolkit.db.connection import check_server, connect
-    from toolkit.db.server import embedded_status
-
-    if database_url:
-        info = {"database_url": database_url, "embedded": False}
-        url = database_url
-    else:
-        info = {"embedded": True, **embedded_status(data_dir)}
-        url = info.get("url")
-    if url:
-        with connect(url, autocommit=True, register_vector=False) as conn:
-            info.update(check_server(conn))
-            info["schema_revision"] = migrate.current_revision(conn)
-        info["head_revision"] = migrate.head_revision()
-    return info
+    _render.print_server_status(database_status(chosen.database_url, chosen.data_dir), output_format)
 
 
 @db.command()
@@ -107,7 +88,7 @@ def status_command(output_format: str) -> None:
     """Each version: model, chunker, state, what it serves (active, canary share, rollback target), rows, pending
     rows, documents and tenants, index validity, the last recall and whether its verification still counts for a
     cutover (stale once its contents changed); then the canary and the query log."""
-    from toolkit.serving import overview
+    from toolkit.status import overview
 
     _render.print_overview(in_database(overview), output_format)
 

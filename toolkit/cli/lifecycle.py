@@ -170,7 +170,7 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 
     Requires a passing `toolkit verify` newer than the version's last change, unless --force.
     """
-    from toolkit.serving import cut_over
+    from toolkit.cutover import cut_over
 
     done = in_database(cut_over, model_alias, chunker_spec, version, force=force, reason=reason)
     _render.print_cutover(done, output_format)
@@ -182,7 +182,7 @@ def cutover(model_alias, chunker_spec, version, force, reason, output_format) ->
 def rollback(reason, output_format) -> None:
     """During a canary: end it (every request back to the active version). Otherwise: swap active_chunks back to
     the version the active one replaced (which must still be on standby)."""
-    from toolkit.serving import roll_back
+    from toolkit.cutover import roll_back
 
     _render.print_rollback(in_database(roll_back, reason=reason), output_format)
 

@@ -44,3 +44,24 @@ def open_database(database_url: str | None = None, data_dir: str | None = None) 
     db = resolve_database(database_url, data_dir)
     ensure_schema(db)
     return db, connect(db.url)
+
+
+def database_status(database_url: str | None, data_dir: str | None) -> dict:
+    """The database at ``database_url``, or else the embedded server of ``data_dir`` (whether it runs, where): when
+    it can be reached, its server and pgvector versions, its schema revision and the head revision."""
+    from toolkit.db import migrate
+    from toolkit.db.connection import check_server, connect
+    from toolkit.db.server import embedded_status
+
+    if database_url:
+        info = {"database_url": database_url, "embedded": False}
+        url = database_url
+    else:
+        info = {"embedded": True, **embedded_status(data_dir)}
+        url = info.get("url")
+    if url:
+        with connect(url, autocommit=True, register_vector=False) as conn:
+            info.update(check_server(conn))
+            info["schema_revision"] = migrate.current_revision(conn)
+        info["head_revision"] = migrate.head_revision()
+    return info

@@ -34,7 +34,7 @@ def bow_cosine(query: str, text: str) -> float:
 
 
 def bow_scores(queries: Sequence[str], texts: Sequence[str]) -> np.ndarray:
-    """The seed's bag-of-words cosine (`bow_cosine`) of every query against every text,
+    """The chunking guide's bag-of-words cosine (`bow_cosine`) of every query against every text,
     shape (queries, texts), computed through an inverted index with the same arithmetic."""
     from toolkit.evaluation.bag_of_words import bow_tokens
 

@@ -1,7 +1,7 @@
 """Evaluate chunker configurations on labelled queries without a database: chunk, embed, search, score.
 
 For each chunker spec the corpus is chunked, the chunks are embedded through an `EmbeddingCache` (or scored by
-the seed's bag-of-words cosine), the top k are found by exact cosine with numpy, and every metric of
+the chunking guide's bag-of-words cosine), the top k are found by exact cosine with numpy, and every metric of
 `toolkit.evaluation.metrics` is reported beside chunk counts, cut answers and the prompt cost of what was retrieved.
 Small-to-big specs (`parent=` / `window=`) search the children and hand back their parents, merged the way
 `toolkit search --expand` merges them. docs/evaluation.md explains the metrics and how to read the result.
@@ -187,7 +187,7 @@ def evaluate(
 
     ``corpus`` is paths (read like `toolkit ingest`) or a doc id → text mapping; ``queries`` a JSONL path or
     loaded queries. ``scorer="embedding"`` needs ``embedder`` (any object with the `Embedder` interface);
-    ``scorer="bow"`` is the seed's bag-of-words cosine and takes none. ``cache`` is an `EmbeddingCache`
+    ``scorer="bow"`` is the chunking guide's bag-of-words cosine and takes none. ``cache`` is an `EmbeddingCache`
     (a memory-only one is made if omitted); pass the same one to several calls to share vectors.
     ``retrieval`` is one or more `toolkit.evaluation.retrieval` modes (``"vector,hybrid"``; default hybrid with passage
     assembly, as the toolkit recommends); full text needs ``conn``, a connection to a database with the toolkit
@@ -332,7 +332,7 @@ def _evaluate_config(
     if scorer == "bow":
         scores = bow_scores([q.query for q in queries], texts)
         depth = min(len(chunks), k * HITS_PER_CONTEXT if small_to_big else k)
-        # Stable sort of negated scores: ties keep corpus order, as the seed's sorted(..., reverse=True) does.
+        # Stable sort of negated scores: ties keep corpus order, as the chunking guide's sorted(..., reverse=True) does.
         ranked = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
         hits = [[chunks[i] for i in order] for order in ranked]
         return [

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.errors import InputError
+from toolkit.validation import key_value
 
 RETRIEVAL_MODES = ("vector", "hybrid", "text")
 DEFAULT_TEXT_SEARCH_CONFIG = "english"
@@ -88,13 +89,13 @@ def parse_retrieval(text: str | Retrieval | None) -> Retrieval:
     values: dict = {}
     kinds = {"k1": float, "b": float, "rrf_k": int, "candidates": int, "config": str, "assemble": str}
     for option in options:
-        key, sep, value = option.partition("=")
-        key = key.strip()
-        if not sep or key not in kinds:
+        parsed = key_value(option, kinds)
+        if parsed is None:
             raise InputError(
                 f"The retrieval {text!r} has an option {option!r} it does not take; options are key=value with key "
                 f"one of {', '.join(kinds)} (e.g. hybrid:rrf_k=60:assemble=off)."
             )
+        key, value = parsed
         if key == "assemble":
             if value not in ("on", "off"):
                 raise InputError(f"The retrieval {text!r} has assemble={value}; use assemble=on or assemble=off.")

@@ -134,21 +134,22 @@ def parse_options(pairs) -> dict:
     """``KEY=VALUE`` strings into provider options: true/false, integers and numbers are converted."""
     options = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip().isidentifier():
+        parsed = validation.key_value(pair)
+        if parsed is None:
             raise InputError(f"The option {pair!r} is not KEY=VALUE; write e.g. --option timeout=30.")
+        key, value = parsed
         lowered = value.strip().lower()
         if lowered in ("true", "false"):
-            options[key.strip()] = lowered == "true"
+            options[key] = lowered == "true"
             continue
         for kind in (int, float):
             try:
-                options[key.strip()] = kind(value)
+                options[key] = kind(value)
                 break
             except ValueError:
                 continue
         else:
-            options[key.strip()] = value
+            options[key] = value
     return options
 
 
