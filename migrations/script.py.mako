@@ -7,7 +7,7 @@ Create Date: ${create_date}
 
 from alembic import op
 
-from toolkit.schema import apply_incremental
+from toolkit.db.sql_files import apply_incremental
 
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
