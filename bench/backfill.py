@@ -306,10 +306,10 @@ def run(args) -> dict:
         pgai_python(args.pgai_venv)
     results["uptime_start"] = uptime()
     with Server("toolkit-bench-backfill-") as pg, EmbeddingServer() as server:
-        for size in args.rows:
+        for size, count in zip(args.rows, args.rounds, strict=True):
             docs = documents(size)
             rounds = []
-            for number in range(args.rounds):
+            for number in range(count):
                 url = pg.new_database(f"bench_backfill_{size}_{number}")
                 store(url, docs)
                 register(url, server.url)
@@ -350,8 +350,10 @@ def render(results: dict, args) -> str:
     lines = [
         SECTION,
         "",
-        f"Command: `.venv/bin/python bench/backfill.py --rows {','.join(map(str, args.rows))} --rounds {args.rounds}`"
-        f" ({results['date']}). One embedded PostgreSQL 18.6 + pgvector 0.8.6, default settings; the benchmark's own"
+        f"Command: `.venv/bin/python bench/backfill.py --rows {','.join(map(str, args.rows))}"
+        f" --rounds {','.join(map(str, args.rounds))}"
+        + (" --pgai-venv DIR`" if args.pgai_venv else "`")
+        + f" ({results['date']}). One embedded PostgreSQL 18.6 + pgvector 0.8.6, default settings; the benchmark's own"
         " OpenAI-compatible server (a separate process on 127.0.0.1, precomputed unit vectors, base64 when asked);"
         f" single-chunk documents of ~800 characters, `{CHUNKER}`, {DIMS} dimensions. `uptime` at the start:"
         f" `{results['uptime_start']}`; at the end: `{results['uptime_end']}`.",
@@ -402,7 +404,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rows", default="20000", help="comma-separated corpus sizes (documents = rows)")
-    parser.add_argument("--rounds", type=int, default=3, help="paired rounds of backfill and bare COPY per size")
+    parser.add_argument(
+        "--rounds", default="3", help="paired rounds of backfill and bare COPY per size (one number, or one per size)"
+    )
     parser.add_argument(
         "--backfill-option", action="append", default=[], help="an extra `toolkit backfill` option (repeatable)"
     )
@@ -419,6 +423,11 @@ def main() -> None:
         serve()
         return
     args.rows = [int(x) for x in args.rows.split(",")]
+    args.rounds = [int(x) for x in args.rounds.split(",")]
+    if len(args.rounds) == 1:
+        args.rounds *= len(args.rows)
+    if len(args.rounds) != len(args.rows):
+        parser.error("--rounds takes one number, or one per size in --rows")
     results = run(args)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
