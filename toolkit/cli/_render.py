@@ -133,7 +133,7 @@ def print_shadow(report, output_format: str) -> None:
         click.echo(to_json(report.as_dict()))
         return
     click.echo(
-        f"{report.questions} question{'s' if report.questions != 1 else ''} on active version {report.active} and "
+        f"{plural(report.questions, 'question')} on active version {report.active} and "
         f"candidate {report.candidate}: overlap@{report.k} {report.overlap_at_k:.3f}, first result changed for "
         f"{report.top1_changed:.1%}."
     )
