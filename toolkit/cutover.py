@@ -125,8 +125,9 @@ def resolve_version(
         params.append(get_chunker(chunker_spec).version)
     with conn.transaction():
         rows = conn.execute(query + " ORDER BY version", params).fetchall()
-        states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
     if not rows:
+        with conn.transaction():  # only to say which states were looked for
+            states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
         raise InputError(
             f"No {'/'.join(states)} version uses the model {model_alias!r}"
             + (f" with chunker {chunker_spec}" if chunker_spec else "")

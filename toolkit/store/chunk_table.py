@@ -1,7 +1,8 @@
 """The chunk tables (one ``chunks_vN`` per version), as Python writes them: the live versions with their chunker and
 embedder, a chunk as a row, binary COPY into a version (through row-level security for roles it applies to), and the
 vectors a version already stores. SQL owns the tables' names (``toolkit._version_table``) and columns
-(``toolkit.chunk_columns()``: a test keeps CHUNK_COLUMNS equal to it)."""
+(``toolkit.create_version``'s CREATE TABLE; tests/test_single_source.py keeps CHUNK_COLUMNS and the COPY types
+equal to a created table's, in both storages)."""
 
 from __future__ import annotations
 
