@@ -1,0 +1,30 @@
+"""The third wave: the served retrieval owned by SQL, roles and inputs hardened, operations a DBA trusts.
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-02
+"""
+
+from alembic import op
+
+from toolkit.db.migration_guard import restore_release
+from toolkit.db.sql_files import apply_incremental
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+# The incremental SQL files this revision applies, once, in order.
+INCREMENTAL: list[str] = []
+
+
+def upgrade() -> None:
+    apply_incremental(op.get_bind().connection.driver_connection, INCREMENTAL)
+
+
+def downgrade() -> None:
+    connection = op.get_bind().connection.driver_connection
+    # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
+    # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).
+    restore_release(connection, "0004", replaced=[])

@@ -1,0 +1,251 @@
+-- Search, continued: hybrid (full text + vector, fused by reciprocal rank) and small-to-big contexts, pinned like
+-- search_chunks (005-search.sql, whose helpers they share) and SECURITY INVOKER like it. After 011-lexical.sql,
+-- whose BM25 settings and lexeme functions hybrid ranking uses.
+SET LOCAL ROLE toolkit_owner;
+
+-- Signatures name pgvector's type unqualified, as in 005-search.sql: resolved in the extension's schema for this
+-- file only (restored at the end).
+SELECT
+    set_config('toolkit.saved_search_path', current_setting('search_path'), TRUE) AS saved,
+    set_config('search_path', toolkit._vector_schema() || ', pg_catalog', TRUE) AS search_path;
+
+-- Hybrid top-k: full-text and vector candidates fused by reciprocal rank fusion (1 / (rrf_k + rank)), pinned like
+-- search_chunks. Full text ranks by BM25 (toolkit.lexical_settings: k1, b) over the chunks holding any of the
+-- question's lexemes; toolkit.evaluation.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
+CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
+    query_text text,
+    query_embedding vector,
+    k integer DEFAULT 10,
+    filters jsonb DEFAULT '{}',
+    query_model text DEFAULT NULL,
+    candidates integer DEFAULT NULL,
+    rrf_k integer DEFAULT NULL,
+    query_version integer DEFAULT NULL
+)
+RETURNS TABLE (
+    rank integer,
+    score double precision,
+    vector_rank integer,
+    text_rank integer,
+    distance double precision,
+    chunk_id text,
+    doc_id text,
+    parent_id text,
+    "position" integer,  -- noqa: RF06
+    start_offset integer,
+    end_offset integer,
+    heading_path text[],
+    text text,
+    version integer,
+    model_alias text,
+    pages integer[]
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+SET "hnsw.iterative_scan" = relaxed_order
+AS $$
+DECLARE
+    tenant text := toolkit._search_tenant();
+    target record;
+    f record;
+    settings record;
+    lexemes text[];
+    vector_sql text;
+    pool integer;
+    fusion integer;
+BEGIN
+    PERFORM toolkit._check_k(k);
+    SELECT * INTO settings FROM toolkit.lexical_settings();
+    fusion := coalesce(rrf_k, settings.rrf_k);
+    IF fusion < 0 THEN
+        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', fusion USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF query_embedding IS NULL AND coalesce(query_text, '') = '' THEN
+        RAISE EXCEPTION 'a hybrid search needs a query text, a query embedding or both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    pool := greatest(coalesce(candidates, settings.candidates), k);
+    SELECT * INTO target
+    FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model, query_version);
+    f := toolkit._search_filters(filters);
+    lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
+
+    IF query_embedding IS NULL THEN
+        vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
+    ELSE
+        vector_sql := format(
+            'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
+            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
+            '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
+            target.distance_sql, f.clause, target.chunk_table);
+    END IF;
+
+    -- BM25: N and the mean length (token_count) over the searched chunks; df and tf from the chunks holding a
+    -- lexeme (found through the GIN index). Sums run over the lexemes in byte order, as Python sums them.
+    BEGIN
+        RETURN QUERY EXECUTE format(
+            'WITH vector_hits AS MATERIALIZED (%1$s),'
+            ' text_stats AS MATERIALIZED (SELECT count(*)::float8 AS n,'
+            '  coalesce(sum(c.token_count), 0)::float8 AS total'
+            '  FROM toolkit.%3$I AS c WHERE c.tenant = $3 AND NOT c.is_parent%2$s),'
+            ' text_matches AS MATERIALIZED (SELECT c.chunk_id, c.token_count, l.lexeme, cardinality(l.positions) AS tf'
+            '  FROM toolkit.%3$I AS c CROSS JOIN LATERAL unnest(c.fts) AS l'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12 AND l.lexeme = ANY ($11)%2$s),'
+            ' text_terms AS (SELECT m.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf'
+            '  FROM text_matches AS m CROSS JOIN text_stats AS s GROUP BY m.lexeme, s.n),'
+            ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
+            '  FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * ($16 + 1)) / (m.tf + $16 * (1 - $17 + $17 * m.token_count'
+            '    / (s.total / s.n))) ORDER BY m.lexeme COLLATE "C") AS weight'
+            '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme CROSS JOIN text_stats AS s'
+            '   GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT $14) AS t),'
+            ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
+            '   v.distance, coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
+            '  FROM vector_hits AS v FULL JOIN text_hits AS t ON v.chunk_id = t.chunk_id'
+            '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $2)'
+            ' SELECT (row_number() OVER (ORDER BY x.score DESC, least(x.vector_rank, x.text_rank), x.chunk_id))::integer,'
+            '  x.score, x.vector_rank::integer, x.text_rank::integer, x.distance, c.chunk_id, c.doc_id, c.parent_id,'
+            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
+            ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
+            ' ORDER BY 1',
+            vector_sql, f.clause, target.chunk_table)
+        USING query_embedding, k, tenant, target.version,
+            f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
+            lexemes, toolkit._any_lexeme(lexemes), fusion::float8, pool, target.model_alias, settings.k1, settings.b;
+    EXCEPTION WHEN undefined_table THEN
+        PERFORM toolkit._version_gone(target.version);
+    END;
+END
+$$;
+
+-- Small-to-big: searches (vector, or hybrid when query_text is given), then returns each hit's parent
+-- ('parent') or its neighbours within N positions ('window:N'); overlapping spans of a document are
+-- merged into one context that keeps its best hit's rank and score, so no text is returned twice.
+-- Pinned like search_chunks: the hits, parents and windows all come from one version's table.
+CREATE OR REPLACE FUNCTION toolkit.search_context(
+    query_embedding vector,
+    k integer DEFAULT 5,
+    expand text DEFAULT 'parent',
+    query_text text DEFAULT NULL,
+    filters jsonb DEFAULT '{}',
+    query_model text DEFAULT NULL,
+    query_version integer DEFAULT NULL
+)
+RETURNS TABLE (
+    rank integer,
+    score double precision,
+    doc_id text,
+    start_offset integer,
+    end_offset integer,
+    heading_path text[],
+    text text,
+    kind text,
+    chunk_ids text[],
+    version integer,
+    model_alias text,
+    pages integer[]
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tenant text := toolkit._search_tenant();
+    target record;
+    mode text;
+    window_size integer := 0;
+    hits_sql text;
+    pieces_sql text;
+BEGIN
+    PERFORM toolkit._check_k(k);
+    IF expand = 'parent' THEN
+        mode := 'parent';
+    ELSIF expand ~ '^window:[0-9]{1,2}$' THEN
+        mode := 'window';
+        window_size := split_part(expand, ':', 2)::integer;
+    ELSE
+        RAISE EXCEPTION 'expand must be parent or window:N (N up to 99), not %', quote_nullable(expand)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Resolved once: the hits and their parents or windows come from the same version's table.
+    SELECT * INTO target FROM toolkit._search_target(query_embedding, search_context.query_model, query_version);
+
+    -- Hits sharing a parent or a window collapse into one context: fetch more hits than contexts.
+    hits_sql := 'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset,'
+        ' h.end_offset, h.heading_path, h.text, h.version, h.model_alias, h.pages FROM toolkit.'
+        || CASE WHEN query_text IS NULL THEN 'search_chunks($1, $8, $5, NULL, $6)'
+            ELSE 'hybrid_search_chunks($4, $1, $8, $5, NULL, query_version => $6)' END || ' AS h';
+
+    IF mode = 'parent' THEN
+        -- A hit without a (visible) parent stands for itself.
+        pieces_sql := format(
+            'SELECT h.rank AS hit_rank, h.doc_id, coalesce(p.chunk_id, h.chunk_id) AS piece_id,'
+            ' coalesce(p.start_offset, h.start_offset) AS s, coalesce(p.end_offset, h.end_offset) AS e,'
+            ' coalesce(p.text, h.text) AS body,'
+            ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind,'
+            ' CASE WHEN p.chunk_id IS NULL THEN h.pages ELSE p.pages END AS pages'
+            ' FROM hits AS h LEFT JOIN toolkit.%I AS p'
+            '  ON p.tenant = $3 AND p.chunk_id = h.parent_id AND p.doc_id = h.doc_id AND p.is_parent',
+            target.chunk_table);
+    ELSE
+        pieces_sql := format(
+            'SELECT h.rank AS hit_rank, h.doc_id, w.chunk_id AS piece_id, w.start_offset AS s,'
+            ' w.end_offset AS e, w.text AS body, ''window'' AS kind, w.pages'
+            ' FROM hits AS h INNER JOIN toolkit.%I AS w'
+            '  ON w.tenant = $3 AND w.doc_id = h.doc_id AND NOT w.is_parent'
+            '  AND w.position BETWEEN h.position - $7 AND h.position + $7',
+            target.chunk_table);
+    END IF;
+
+    -- One span per hit; a span that starts before the end of an earlier span of its document joins that
+    -- span's group (a context). A context's text is its pieces in order, each adding only what lies past
+    -- the text so far (windows and chunks overlap); a gap between pieces becomes one line break.
+    BEGIN
+        RETURN QUERY EXECUTE format(
+            'WITH hits AS MATERIALIZED (%1$s),'
+            ' pieces AS MATERIALIZED (%2$s),'
+            ' spans AS (SELECT p.hit_rank, p.doc_id, min(p.s) AS s, max(p.e) AS e FROM pieces AS p GROUP BY 1, 2),'
+            ' flagged AS (SELECT sp.*, CASE WHEN sp.s < max(sp.e) OVER (PARTITION BY sp.doc_id'
+            '   ORDER BY sp.s, sp.e, sp.hit_rank ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END'
+            '   AS opens FROM spans AS sp),'
+            ' grouped AS (SELECT fl.hit_rank, fl.doc_id, fl.s, fl.e, sum(fl.opens) OVER (PARTITION BY fl.doc_id'
+            '   ORDER BY fl.s, fl.e, fl.hit_rank ROWS UNBOUNDED PRECEDING) AS grp FROM flagged AS fl),'
+            ' contexts AS ('
+            '  SELECT g.doc_id, g.grp, min(g.hit_rank) AS best, min(g.s) AS s, max(g.e) AS e,'
+            '   array_agg(h.chunk_id ORDER BY g.hit_rank) AS chunk_ids'
+            '  FROM grouped AS g INNER JOIN hits AS h ON h.rank = g.hit_rank GROUP BY 1, 2),'
+            ' bodies AS ('
+            '  SELECT DISTINCT ON (g.doc_id, g.grp, p.piece_id) g.doc_id, g.grp, p.piece_id, p.s, p.e, p.body, p.kind,'
+            '   p.pages'
+            '  FROM pieces AS p INNER JOIN grouped AS g ON g.hit_rank = p.hit_rank'
+            '  ORDER BY g.doc_id, g.grp, p.piece_id),'
+            ' ordered AS ('
+            '  SELECT b.*, max(b.e) OVER (PARTITION BY b.doc_id, b.grp ORDER BY b.s, b.e, b.piece_id'
+            '   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered FROM bodies AS b),'
+            ' stitched AS ('
+            '  SELECT o.doc_id, o.grp, string_agg(CASE WHEN o.covered IS NULL THEN o.body'
+            '    WHEN o.s > o.covered THEN E''\n'' || o.body WHEN o.e <= o.covered THEN '''''
+            '    ELSE substr(o.body, o.covered - o.s + 1) END, '''' ORDER BY o.s, o.e, o.piece_id) AS body,'
+            '   CASE WHEN bool_or(o.kind = ''parent'') THEN ''parent'' WHEN bool_or(o.kind = ''window'') THEN ''window'''
+            '    ELSE ''chunk'' END AS kind'
+            '  FROM ordered AS o GROUP BY 1, 2)'
+            ' SELECT (row_number() OVER (ORDER BY x.best))::integer, h.score, x.doc_id, x.s, x.e, h.heading_path,'
+            '  st.body, st.kind, x.chunk_ids, h.version, h.model_alias,'
+            '  (SELECT array_agg(DISTINCT n ORDER BY n) FROM bodies AS b2 CROSS JOIN LATERAL unnest(b2.pages) AS n'
+            '   WHERE b2.doc_id = x.doc_id AND b2.grp = x.grp)'
+            ' FROM contexts AS x INNER JOIN stitched AS st ON st.doc_id = x.doc_id AND st.grp = x.grp'
+            ' INNER JOIN hits AS h ON h.rank = x.best'
+            ' ORDER BY x.best LIMIT $2',
+            hits_sql, pieces_sql)
+        USING query_embedding, k, tenant, query_text, filters, target.version, window_size,
+            least(k * 4, toolkit.search_max_k());
+    EXCEPTION WHEN undefined_table THEN
+        PERFORM toolkit._version_gone(target.version);
+    END;
+END
+$$;
+
+SELECT set_config('search_path', current_setting('toolkit.saved_search_path'), TRUE) AS search_path;

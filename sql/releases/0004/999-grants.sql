@@ -1,0 +1,115 @@
+-- Grants: least privilege for each role, held against the role itself.
+--   toolkit_reader   applications: search (pinned), their tenant's rows under row-level security; no registry writes
+--   toolkit_writer   the ingest job: documents and chunk rows, building versions (ingest, backfill)
+--   toolkit_deployer CI/CD: verification (computed by SQL), canary, cutover, rollback, retirement
+--   toolkit_owner    the DBA's migrations: owns everything; the SECURITY DEFINER functions run as it
+-- No role but the owner may write the model registry, the evaluations or the audit log directly, or take the
+-- toolkit's locks (the lock tables are private).
+SET LOCAL ROLE toolkit_owner;
+
+REVOKE ALL ON SCHEMA toolkit FROM public;
+GRANT USAGE ON SCHEMA toolkit TO toolkit_reader, toolkit_writer, toolkit_deployer;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_writer, toolkit_deployer;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_writer, toolkit_deployer;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA toolkit FROM public, toolkit_reader, toolkit_writer, toolkit_deployer;
+
+-- The chunk tables lost their grants with the REVOKE above: every live one gets them back.
+DO $$
+DECLARE
+    v integer;
+BEGIN
+    FOR v IN SELECT x.version FROM toolkit.versions AS x WHERE x.state = ANY (toolkit.version_states('live')) ORDER BY 1 LOOP
+        PERFORM toolkit._grant_version_table(v);
+    END LOOP;
+END
+$$;
+
+-- Every role: its session context, what is live and what to embed questions with, the views, and search.
+-- Each name is unique, so no argument list is needed (pgvector's type may live in any schema).
+GRANT EXECUTE ON FUNCTION
+toolkit.current_tenant,
+toolkit.current_principals,
+toolkit.set_tenant,
+toolkit.set_principals,
+toolkit._is_service_role,
+toolkit.active_version,
+toolkit.active_model,
+toolkit.serving_model,
+toolkit.version_model,
+toolkit.traffic_bucket,
+toolkit.search_max_k,
+toolkit.search_chunks,
+toolkit.hybrid_search_chunks,
+toolkit.search_context,
+toolkit._search_target,
+toolkit._search_tenant,
+toolkit._search_filter_texts,
+toolkit._search_filters,
+toolkit._check_k,
+toolkit._version_gone,
+toolkit.lexical_settings,
+toolkit.chunk_search_text,
+toolkit.query_lexemes,
+toolkit._any_lexeme,
+toolkit.log_query,
+toolkit.query_log_sample_rate,
+toolkit.model_secrets
+TO toolkit_reader, toolkit_writer, toolkit_deployer;
+GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
+-- What an application needs of the registry to embed a question the way the chunks were embedded (it holds no
+-- secrets: the trigger refuses them); not the price.
+GRANT SELECT (
+    alias, provider, model_name, revision, dimensions, distance, max_input_tokens, query_prefix, document_prefix,
+    supports_shortening, base_url, options
+) ON toolkit.models TO toolkit_reader;
+
+-- The ingest job: documents, chunk rows (granted per table by _secure_version_table), building versions.
+GRANT SELECT, INSERT, UPDATE, DELETE ON toolkit.documents TO toolkit_writer;
+GRANT SELECT ON toolkit.models, toolkit.versions, toolkit.version_transitions TO toolkit_writer;
+GRANT EXECUTE ON FUNCTION
+toolkit.create_version,
+toolkit.create_version_index,
+toolkit.version_index_valid,
+toolkit.version_pending_rows,
+toolkit.version_pending_documents,
+toolkit.claim_pending_documents,
+toolkit._pending_document_condition,
+toolkit.mark_version_ready,
+toolkit.mark_version_building,
+toolkit.touch_version,
+toolkit.live_versions,
+toolkit.version_states,
+toolkit.lock_version_set,
+toolkit.lock_documents,
+toolkit._lock_holders,
+toolkit._version_table,
+toolkit.register_model,
+toolkit.version_status,
+toolkit.canary_status,
+toolkit.query_log_status
+TO toolkit_writer;
+
+-- The deployer: verify (the evaluation is computed and recorded by SQL), canary, cutover, rollback, retire.
+-- It reads documents (one tenant at a time, under row-level security) to resolve labelled answers.
+GRANT SELECT ON toolkit.documents TO toolkit_deployer;
+GRANT SELECT ON toolkit.models, toolkit.versions, toolkit.evaluations, toolkit.cutovers,
+toolkit.version_transitions TO toolkit_deployer;
+GRANT EXECUTE ON FUNCTION
+toolkit.evaluate_version,
+toolkit.activate_version,
+toolkit.rollback_version,
+toolkit.retire_version,
+toolkit.retire_candidates,
+toolkit.set_canary,
+toolkit.canary_status,
+toolkit.version_status,
+toolkit.version_index_valid,
+toolkit.document_tenants,
+toolkit.logged_questions,
+toolkit.query_log_status,
+toolkit.register_model,
+toolkit._lock_holders,
+toolkit._version_table,
+toolkit.version_states
+TO toolkit_deployer;
