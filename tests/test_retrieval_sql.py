@@ -23,14 +23,14 @@ from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample
 from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
+    assemble,
     chunk_lexemes,
     cosine_distances,
     fuse,
-    assemble,
-    passage_budget,
-    retrieval_settings,
     order_by,
+    passage_budget,
     query_lexemes,
+    retrieval_settings,
     text_ranking,
 )
 from toolkit.store import versions
@@ -218,7 +218,8 @@ def store_documents(conn, documents) -> None:
     """The documents' rows (search_passages cuts passages from their raw text)."""
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash) VALUES (%s, %s, %s, %s, %s)",
+            "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
+            " VALUES (%s, %s, %s, %s, %s)",
             [(TENANT, doc_id, doc_id, text, str(hash(text))) for doc_id, text in documents.items()],
         )
 

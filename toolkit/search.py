@@ -184,10 +184,11 @@ def search(
     touching hits of a document merged into passages cut from its text, at most k within ``max_tokens`` or the
     settings' budget: what toolkit verify gates and toolkit eval measures), ``hybrid`` (fused chunks) or
     ``vector`` (chunks by distance); full text needs the question's text (or ``query_text`` with a vector).
-    ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big). The search runs as ``role`` (the reader: row-level security applies as for
-    applications) when the connected user may take it; ``role=None`` keeps the current role. A pinned version that
-    was retired meanwhile raises VersionUnavailableError: read the serving model again and retry. With the query
-    log on (toolkit query-log), a share of questions is logged.
+    ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big). The
+    search runs as ``role`` (the reader: row-level security applies as for applications) when the connected user
+    may take it; ``role=None`` keeps the current role. A pinned version that was retired meanwhile raises
+    VersionUnavailableError: read the serving model again and retry. With the query log on (toolkit query-log), a
+    share of questions is logged.
     """
     validate_tenant(tenant)
     validation.RESULTS.check(k)
