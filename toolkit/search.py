@@ -183,7 +183,8 @@ def search(
     ``retrieval`` is ``passages`` (the default, ``toolkit.search_passages``: full-text and vector ranks fused,
     touching hits of a document merged into passages cut from its text, at most k within ``max_tokens`` or the
     settings' budget: what toolkit verify gates and toolkit eval measures), ``hybrid`` (fused chunks) or
-    ``vector`` (chunks by distance); full text needs the question's text (or ``query_text`` with a vector).
+    ``vector`` (chunks by distance); full text needs the question's text (``query_text`` with a vector: without
+    it, passages are assembled from the vector hits alone).
     ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big). The
     search runs as ``role`` (the reader: row-level security applies as for applications) when the connected user
     may take it; ``role=None`` keeps the current role. A pinned version that was retired meanwhile raises
@@ -226,9 +227,9 @@ def search(
             raise InputError("The query vector must be one finite vector of numbers.")
         if not np.any(vector):
             raise InputError("The query vector is all zeros, so it has no direction to search by; embed the question.")
-    if retrieval != "vector" and not query_text:
+    if retrieval == "hybrid" and not query_text:
         raise InputError(
-            f"The {retrieval} retrieval ranks by full text too, so it needs the question's text: pass a question, or "
+            "The hybrid retrieval ranks by full text too, so it needs the question's text: pass a question, or "
             "query_text with a vector (or retrieval='vector')."
         )
 

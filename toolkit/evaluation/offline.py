@@ -614,9 +614,10 @@ def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, inpu
         embedder = None
     configs = configs or [recommended_spec(getattr(embedder, "max_input_tokens", None))]
     retrieval = list(retrieval) or None
-    lexical = scorer == "embedding" and any(r.lexical for r in split_retrievals(retrieval))
+    # Full text and passages read SQL's lexemes and settings: the command's database.
+    needs_database = scorer == "embedding" and any(r.needs_settings for r in split_retrievals(retrieval))
     with contextlib.ExitStack() as stack:
-        conn = stack.enter_context(connect()) if lexical else None
+        conn = stack.enter_context(connect()) if needs_database else None
         cache = stack.enter_context(EmbeddingCache(directory))
         return evaluate(
             list(corpus),
