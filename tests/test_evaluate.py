@@ -363,3 +363,20 @@ def test_a_database_version_is_evaluated_through_sql_like_its_files(seed_files, 
                "--configs", spec],
     )  # fmt: skip
     assert refused.exit_code == 1 and "drop --configs" in refused.output
+
+    # The other served retrievals by name; one SQL does not serve is refused.
+    chunks = json.loads(
+        cli("eval", "--version", str(version), "--queries", str(queries), "-k", "2", "--no-cache", "--format", "json",
+            "--retrieval", "vector:assemble=off").stdout
+    )["configs"][0]  # fmt: skip
+    by_files = json.loads(
+        cli("eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", spec, "--model", "hashing:64",
+            "-k", "2", "--no-cache", "--format", "json", "--retrieval", "vector:assemble=off").stdout
+    )["configs"][0]  # fmt: skip
+    assert chunks["retrieval"] == "vector:assemble=off"
+    assert {key: chunks[key] for key in same} == {key: by_files[key] for key in same}
+    text = CliRunner().invoke(
+        main, ["--database-url", database_url, "eval", "--version", str(version), "--queries", str(queries),
+               "--retrieval", "text"],
+    )  # fmt: skip
+    assert text.exit_code == 1 and "not 'text'" in text.output

@@ -578,11 +578,10 @@ def evaluate_request(
 
     directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
     if version is not None:
-        if retrieval:
-            raise InputError("--version searches the version through SQL as applications do; drop --retrieval.")
         report = _evaluate_stored(
-            version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect
-        )
+            version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect,
+            served_retrieval(retrieval),
+        )  # fmt: skip
     else:
         report = _evaluate_corpus(
             corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, progress, connect
@@ -634,7 +633,30 @@ def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, inpu
         )
 
 
-def _evaluate_stored(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect):
+def served_retrieval(retrieval) -> str:
+    """The search() retrieval a stored version is evaluated with: ``hybrid`` (the default, with passages) is
+    ``passages``, ``hybrid:assemble=off`` is ``hybrid`` (fused chunks), ``vector:assemble=off`` is ``vector``; other
+    settings exist only offline (SQL serves its own)."""
+    from toolkit.evaluation.retrieval import SETTINGS, split_retrievals
+
+    if not retrieval:
+        return "passages"
+    chosen = split_retrievals(retrieval)
+    if len(chosen) == 1 and all(getattr(chosen[0], name) is None for name in SETTINGS):
+        r = chosen[0]
+        served = {("hybrid", True): "passages", ("hybrid", False): "hybrid", ("vector", False): "vector"}
+        if (r.mode, r.assemble) in served and r.text_search_config == "english":
+            return served[(r.mode, r.assemble)]
+    raise InputError(
+        f"--version searches the version through SQL as applications do, which serves hybrid (passages, the default), "
+        f"hybrid:assemble=off (fused chunks) or vector:assemble=off (chunks by distance); not "
+        f"{','.join([retrieval] if isinstance(retrieval, str) else retrieval)!r}."
+    )
+
+
+def _evaluate_stored(
+    version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect, retrieval
+):
     from toolkit.evaluation.cache import EmbeddingCache
     from toolkit.evaluation.stored import evaluate_version
 
@@ -644,7 +666,9 @@ def _evaluate_stored(version, corpus, configs, model, scorer, queries, k, tenant
             f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
         )
     with connect() as conn, EmbeddingCache(directory) as cache:
-        return evaluate_version(conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache)
+        return evaluate_version(
+            conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache, retrieval=retrieval
+        )
 
 
 def _model_embedder(model: str | None, connect):

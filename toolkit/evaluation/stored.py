@@ -38,6 +38,7 @@ def evaluate_version(
     tenant: str | None = None,
     input_price: float = DEFAULT_INPUT_PRICE,
     cache=None,
+    retrieval: str = "passages",
 ) -> EvalReport:
     """Evaluate a version already in the database: its stored chunks, searched as applications search them
     (``search()`` with its defaults: ``toolkit.search_passages`` as the reader role, on the HNSW index), questions
@@ -90,15 +91,21 @@ def evaluate_version(
             found = search(conn, vector, tenant, k * HITS_PER_CONTEXT, version=version, log=False, retrieval="vector")
             hits.append([by_id[hit.chunk_ids[0]] for hit in found])
     else:
-        # What an application gets by default: search() with its defaults (toolkit.search_passages), scored as
-        # handed over.
+        # What an application gets: search() with its defaults (toolkit.search_passages) or the retrieval named,
+        # scored as handed over.
         served = []
         for q, vector in zip(labelled, vectors, strict=True):
-            found = search(conn, vector, tenant, k, version=version, log=False, query_text=q.query)
-            served.append([Unit(h.doc_id, h.start, h.end, h.tokens) for h in found])
+            found = search(conn, vector, tenant, k, version=version, log=False, query_text=q.query, retrieval=retrieval)
+            served.append(
+                [Unit(h.doc_id, h.start, h.end, h.tokens if h.tokens is not None else by_id[h.chunk_ids[0]].token_count)
+                 for h in found]
+            )  # fmt: skip
             hits.append([by_id[hit.chunk_ids[0]] for hit in found])
     result = score_config(
         f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price, retrieved=served
+    )
+    result.retrieval = {"passages": "hybrid", "hybrid": "hybrid:assemble=off", "vector": "vector:assemble=off"}.get(
+        retrieval, retrieval
     )
     mark_pareto([result])
     return EvalReport(
@@ -115,6 +122,6 @@ def evaluate_version(
         notes=[
             f"version {version} of tenant {tenant!r}: stored chunks searched through SQL"
             + (" as toolkit_reader" if as_reader else "")
-            + " with search()'s defaults (hybrid passages, the HNSW index: as applications see it)."
+            + f" with search(retrieval={retrieval!r}) on the HNSW index, as applications see it."
         ],
     )
