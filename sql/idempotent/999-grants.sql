@@ -89,6 +89,8 @@ toolkit.version_status,
 toolkit.canary_status,
 toolkit.query_log_status
 TO toolkit_writer;
+-- Deleting documents at a user's request (documents, chunks in every live version, their logged questions; audited).
+GRANT EXECUTE ON FUNCTION toolkit.delete_documents TO toolkit_writer;
 
 -- The deployer: verify (the evaluation is computed and recorded by SQL), canary, cutover, rollback, retire.
 -- It reads documents (one tenant at a time, under row-level security) to resolve labelled answers.
@@ -113,3 +115,6 @@ toolkit._lock_holders,
 toolkit._version_table,
 toolkit.version_states
 TO toolkit_deployer;
+-- Erasing a tenant (every version, the query log, its bindings; audited), and reading the log of deletions.
+GRANT EXECUTE ON FUNCTION toolkit.erase_tenant TO toolkit_deployer;
+GRANT SELECT ON toolkit.deletions TO toolkit_deployer;
