@@ -56,4 +56,66 @@ def tenant_erase(name, yes, reason, output_format) -> None:
     _print_deletion(in_database(erase_tenant, name, dry_run=not yes, reason=reason), output_format)
 
 
-commands = [delete]
+@click.command(short_help="Embed a question with the serving model (for SQL of your own).")
+@click.argument("question")
+@click.option("--tenant", required=True, help="The tenant the request is for (a canary may serve whole tenants).")
+@click.option("--request-key", metavar="KEY", help="The request's key (e.g. a user id) for the canary split.")
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["table", "json", "vector"]),
+    default="table",
+    show_default=True,
+    help="table: version, model and the vector; json: all of it for scripts; vector: the pgvector literal alone.",
+)
+def embed(question, tenant, request_key, output_format) -> None:
+    """Print the version that serves this request and QUESTION's vector, embedded with that version's model and
+    its query prefix applied once: bind the vector as $1 and the version as query_version (docs/sql.md).
+
+    --format vector prints only the pgvector literal ([0.1,...]), e.g. for psql's backquotes; the version then
+    goes to stderr.
+    """
+    from toolkit.question import embed_questions, vector_literal
+
+    made = in_database(embed_questions, [question], tenant, request_key)
+    literal = vector_literal(made.embeddings[0])
+    if output_format == "json":
+        answer = made.as_dict()
+        answer["embedding"] = answer.pop("embeddings")[0]
+        answer["tokens"] = answer["tokens"][0]
+        click.echo(to_json(answer))
+    elif output_format == "vector":
+        click.echo(f"toolkit: version {made.version} ({made.model_alias}) serves this request", err=True)
+        click.echo(literal)
+    else:
+        click.echo(f"version\t{made.version}\nmodel\t{made.model_alias} ({made.provider}:{made.model_name})")
+        click.echo(f"dimensions\t{made.dimensions}\ndistance\t{made.distance}\nserving\t{made.serving}")
+        click.echo(f"vector\t{literal}")
+
+
+@click.command(short_help="Serve embeddings (OpenAI-compatible) and search over HTTP on 127.0.0.1.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="A loopback address (no authentication).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option("--tenant", help="The tenant of requests that name none (a single-tenant deployment).")
+@click.option(
+    "--pool-size", type=click.IntRange(1, 100), default=8, show_default=True, help="Database connections at most."
+)
+def serve(host, port, tenant, pool_size) -> None:
+    """Serve POST /v1/embeddings (OpenAI-compatible: the serving model, query prefix applied once), POST /search
+    (the JSON of `toolkit search --format json`) and GET /health, with X-Toolkit-Version on every answer from a
+    version. See docs/serving.md#toolkit-serve."""
+    from toolkit.cli._context import database_url
+
+    try:
+        from toolkit import serve as serving_http
+    except ImportError as error:
+        raise click.ClickException(
+            f"toolkit serve needs the serve extra ({error.name} is missing): pip install 'toolkit[serve]'."
+        ) from error
+    serving_http.check_loopback(host)
+    url = database_url()
+    click.echo(f"toolkit: serving on http://{host}:{port} (Ctrl-C stops)", err=True)
+    serving_http.server(serving_http.ServerSettings(url, tenant, pool_size), host, port).run()
+
+
+commands = [delete, embed, serve]
