@@ -57,6 +57,9 @@ toolkit.query_log_sample_rate,
 toolkit.model_secrets
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
+-- What a version holds (toolkit show, toolkit diff), read as the caller: row-level security applies.
+GRANT EXECUTE ON FUNCTION toolkit._version_table, toolkit._live_version_table, toolkit.version_documents, toolkit.version_chunks
+TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What an application needs of the registry to embed a question the way the chunks were embedded (it holds no
 -- secrets: the trigger refuses them); not the price.
 GRANT SELECT (

@@ -8,7 +8,9 @@ import click
 
 from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION, emit, plural, to_json
+from toolkit.cli._params import Number
 from toolkit.cli.serving import tenant
+from toolkit.validation import VERSION_NUMBER
 
 
 def _print_deletion(report, output_format: str) -> None:
@@ -118,4 +120,94 @@ def serve(host, port, tenant, pool_size) -> None:
     serving_http.server(serving_http.ServerSettings(url, tenant, pool_size), host, port).run()
 
 
-commands = [delete, embed, serve]
+def _snippet(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+@click.command(short_help="List a version's documents, or one document's chunks.")
+@click.option("--version", "version", required=True, type=Number(VERSION_NUMBER), help="The version to look into.")
+@click.option("--doc", "doc_id", metavar="DOC_ID", help="List this document's chunks (spans, tokens, headings).")
+@click.option("--tenant", help="Only this tenant's documents (needed with --doc when several tenants have it).")
+@FORMAT_OPTION
+def show(version, doc_id, tenant, output_format) -> None:
+    """Without --doc: the version's documents, with their chunks, parent sections, tokens and the span of text they
+    cover. With --doc: that document's chunks in reading order (position, character span, tokens, heading path,
+    pages, the start of the text), then its parent sections. Read as this login: row-level security applies."""
+    from dataclasses import asdict
+
+    from toolkit.contents import version_chunks, version_documents
+
+    if doc_id is None:
+        documents = in_database(version_documents, version, tenant)
+        emit([asdict(d) for d in documents], output_format)
+        return
+    chunks = in_database(version_chunks, version, doc_id, tenant)
+    if output_format == "json":
+        click.echo(to_json([asdict(c) for c in chunks]))
+        return
+    rows = [
+        {
+            "kind": "parent" if c.is_parent else "chunk",
+            "position": c.position,
+            "span": f"{c.start}-{c.end}",
+            "tokens": c.token_count,
+            "heading_path": " > ".join(c.heading_path),
+            "pages": ",".join(map(str, c.pages)) if c.pages else None,
+            "text": _snippet(c.text),
+        }
+        for c in chunks
+    ]
+    emit(rows, "table")
+
+
+@click.command(short_help="Show how two versions cut one document.")
+@click.option(
+    "--version",
+    "versions",
+    required=True,
+    multiple=True,
+    type=Number(VERSION_NUMBER),
+    help="A version to compare; give it twice: --version A --version B.",
+)
+@click.option("--doc", "doc_id", required=True, metavar="DOC_ID", help="The document to compare.")
+@click.option("--tenant", help="The document's tenant (needed when several tenants have it).")
+@FORMAT_OPTION
+def diff(versions, doc_id, tenant, output_format) -> None:
+    """How versions A and B cut DOC_ID: each side's chunker, chunks and tokens, then one line per cut point (where
+    a chunk starts) with the chunk of A and of B that start there; cuts both share are marked =."""
+    from toolkit.contents import diff_document
+
+    if len(versions) != 2:
+        raise click.UsageError("Give exactly two versions: --version A --version B.")
+    found = in_database(diff_document, versions[0], versions[1], doc_id, tenant)
+    if output_format == "json":
+        click.echo(to_json(found.as_dict()))
+        return
+    for label, side in (("A", found.a), ("B", found.b)):
+        click.echo(
+            f"{label}: version {side.version} ({side.model_alias}, {side.chunker_version}): "
+            f"{plural(len(side.chunks), 'chunk')}, {side.tokens:,} tokens"
+        )
+    click.echo(
+        f"{plural(len(found.common_cuts), 'cut')} in common, {len(found.only_a)} only in A, "
+        f"{len(found.only_b)} only in B."
+    )
+
+    def cell(chunk) -> str | None:
+        return None if chunk is None else f"#{chunk['position']} {chunk['start']}-{chunk['end']} ({chunk['tokens']})"
+
+    rows = [
+        {
+            "offset": r["offset"],
+            "": "=" if r["a"] and r["b"] else "",
+            "A": cell(r["a"]),
+            "B": cell(r["b"]),
+            "text": _snippet(r["text"], 50),
+        }
+        for r in found.rows()
+    ]
+    emit(rows, "table")
+
+
+commands = [delete, diff, embed, serve, show]
