@@ -298,6 +298,7 @@ def create_app(settings: ServerSettings) -> Starlette:
         Route("/search", _errors(app.search), methods=["POST"]),
         Route("/v1/embeddings", _errors(app.embeddings), methods=["POST"]),
     ]
+
     @contextlib.asynccontextmanager
     async def lifespan(_):
         yield
@@ -309,15 +310,19 @@ def create_app(settings: ServerSettings) -> Starlette:
 
 
 def check_loopback(host: str) -> str:
-    """The server has no authentication: it may listen on a loopback address only."""
+    """The server has no authentication: it may listen on a loopback address only (``localhost`` or a loopback IP
+    address; no name is looked up)."""
+    if host == "localhost":
+        return host
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except OSError:
-        raise InputError(f"The host {host!r} does not resolve; use 127.0.0.1.") from None
-    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
         raise InputError(
-            f"toolkit serve has no authentication, so it listens on a loopback address only, not {host!r}. Put a "
-            "reverse proxy that authenticates (and sets X-Toolkit-Tenant) in front of it."
+            f"toolkit serve has no authentication, so it listens on a loopback address only (127.0.0.1, ::1 or "
+            f"localhost), not {host!r}. Put a reverse proxy that authenticates (and sets X-Toolkit-Tenant) in "
+            "front of it."
         )
     return host
 

@@ -161,26 +161,7 @@ def show(version, doc_id, tenant, output_format) -> None:
     emit(rows, "table")
 
 
-@click.command(short_help="Show how two versions cut one document.")
-@click.option(
-    "--version",
-    "versions",
-    required=True,
-    multiple=True,
-    type=Number(VERSION_NUMBER),
-    help="A version to compare; give it twice: --version A --version B.",
-)
-@click.option("--doc", "doc_id", required=True, metavar="DOC_ID", help="The document to compare.")
-@click.option("--tenant", help="The document's tenant (needed when several tenants have it).")
-@FORMAT_OPTION
-def diff(versions, doc_id, tenant, output_format) -> None:
-    """How versions A and B cut DOC_ID: each side's chunker, chunks and tokens, then one line per cut point (where
-    a chunk starts) with the chunk of A and of B that start there; cuts both share are marked =."""
-    from toolkit.contents import diff_document
-
-    if len(versions) != 2:
-        raise click.UsageError("Give exactly two versions: --version A --version B.")
-    found = in_database(diff_document, versions[0], versions[1], doc_id, tenant)
+def _print_diff(found, output_format: str) -> None:
     if output_format == "json":
         click.echo(to_json(found.as_dict()))
         return
@@ -208,6 +189,28 @@ def diff(versions, doc_id, tenant, output_format) -> None:
         for r in found.rows()
     ]
     emit(rows, "table")
+
+
+@click.command(short_help="Show how two versions cut one document.")
+@click.option(
+    "--version",
+    "versions",
+    required=True,
+    multiple=True,
+    type=Number(VERSION_NUMBER),
+    help="A version to compare; give it twice: --version A --version B.",
+)
+@click.option("--doc", "doc_id", required=True, metavar="DOC_ID", help="The document to compare.")
+@click.option("--tenant", help="The document's tenant (needed when several tenants have it).")
+@FORMAT_OPTION
+def diff(versions, doc_id, tenant, output_format) -> None:
+    """How versions A and B cut DOC_ID: each side's chunker, chunks and tokens, then one line per cut point (where
+    a chunk starts) with the chunk of A and of B that start there; cuts both share are marked =."""
+    from toolkit.contents import diff_document
+
+    if len(versions) != 2:
+        raise click.UsageError("Give exactly two versions: --version A --version B.")
+    _print_diff(in_database(diff_document, versions[0], versions[1], doc_id, tenant), output_format)
 
 
 commands = [delete, diff, embed, serve, show]
