@@ -18,7 +18,8 @@ from toolkit.errors import InputError
 
 class ConnectionPool:
     """At most ``size`` connections, opened on demand (autocommit: search() opens its own transactions); a connection
-    that failed is closed, not reused. ``connect`` opens one (default: toolkit.db.connection.connect(url))."""
+    left broken or inside a transaction is closed, not reused. ``connect`` opens one (default:
+    toolkit.db.connection.connect(url))."""
 
     def __init__(
         self, url: str | None = None, *, size: int = 4, connect: Callable[[], psycopg.Connection] | None = None
@@ -43,12 +44,9 @@ class ConnectionPool:
             except queue.Empty:
                 conn = self._connect()
             yield conn
-        except BaseException:
-            if conn is not None:
-                conn.close()
-                conn = None
-            raise
         finally:
+            # A connection goes back only when it is idle and healthy (an error the database raised inside a
+            # transaction the toolkit opened left it idle; a broken one is closed and replaced on demand).
             if conn is not None:
                 if self._closed or conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.close()
