@@ -37,8 +37,8 @@ def as_user(url: str, user: str) -> str:
 
 @pytest.fixture
 def store(conn, database_url, make_model, tmp_path):
-    """Two tenants with the same two documents in two versions (the second active, the first on standby), and
-    logged questions of both tenants, one citing each document and one citing nothing."""
+    """Two tenants with the same two documents in three versions (the second active, the first on standby, the third
+    ready), and logged questions of both tenants, one citing each document and one citing nothing."""
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in NAMES:
@@ -51,6 +51,7 @@ def store(conn, database_url, make_model, tmp_path):
     second = backfill(database_url, "two", "fixed:64:0").version
     cutover.activate_version(conn, first, force=True)
     cutover.activate_version(conn, second, force=True)
+    third = backfill(database_url, "one", "fixed:128:0").version  # ready: a candidate not yet served
     conn.execute("SELECT toolkit.set_query_log(1.0)")
     for tenant in TENANTS:
         for cited in ([NAMES[0]], [NAMES[1]], [NAMES[0], NAMES[1]], []):
@@ -60,7 +61,7 @@ def store(conn, database_url, make_model, tmp_path):
                     {"doc_id": d, "start": 0, "end": 10, "rank": i + 1, "score": 0.5} for i, d in enumerate(cited)
                 ]
                 conn.execute("SELECT toolkit.log_query(%s, %s, 5, %s)", (f"about {cited}", second, Jsonb(results)))
-    return first, second
+    return first, second, third
 
 
 def counts(conn, versions) -> dict:
@@ -134,6 +135,8 @@ def test_delete_removes_the_documents_from_every_version_and_the_query_log(conn,
     changed_after = dict(conn.execute("SELECT version, content_changed_at FROM toolkit.versions").fetchall())
     assert all(changed_after[v] > changed_before[v] for v in versions)
     assert conn.execute("SELECT toolkit.active_version()").fetchone()[0] == versions[1]
+    states = dict(conn.execute("SELECT version, state FROM toolkit.versions").fetchall())
+    assert [states[v] for v in versions] == ["standby", "active", "ready"]
 
 
 def test_delete_refuses_an_unknown_document_and_deletes_nothing(conn, store):
