@@ -212,3 +212,31 @@ def test_a_llamaindex_query_engine_answers_through_a_cutover(conn, versions, rea
         retriever.close()
     assert all(len(a) == 1 for a in answers), "an answer mixed versions"
     assert {v for a in answers for v in a} == set(versions)
+
+
+def test_the_canary_serves_its_share_through_the_retrievers(conn, versions, reader_url):
+    """A request key in the canary's share, and a tenant the canary serves whole, get the candidate's rows."""
+    from toolkit import serving
+    from toolkit.integrations.langchain import ToolkitRetriever as LangChainRetriever
+    from toolkit.integrations.llamaindex import ToolkitRetriever as LlamaIndexRetriever
+
+    first, second = versions
+    serving.set_canary(conn, second, 50, force=True)
+    keys = [f"user-{i}" for i in range(40)]
+    with conn.transaction():
+        conn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
+        expected = {k: conn.execute("SELECT version FROM toolkit.serving_model(%s)", (k,)).fetchone()[0] for k in keys}
+    assert set(expected.values()) == {first, second}
+    lang = LangChainRetriever(database_url=reader_url, tenant=TENANT, k=2)
+    llama = {k: LlamaIndexRetriever(reader_url, tenant=TENANT, k=2, request_key=k) for k in keys[:6]}
+    try:
+        for key in keys:
+            assert {d.metadata["version"] for d in lang.invoke(QUESTION, request_key=key)} == {expected[key]}
+        for key, retriever in llama.items():
+            assert {n.node.metadata["version"] for n in retriever.retrieve(QUESTION)} == {expected[key]}
+        serving.set_canary(conn, second, 0, [TENANT], force=True)  # the whole tenant on the candidate
+        assert {d.metadata["version"] for d in lang.invoke(QUESTION, request_key="anyone")} == {second}
+    finally:
+        lang.close()
+        for retriever in llama.values():
+            retriever.close()
