@@ -65,5 +65,11 @@ def test_catalog_lints(conn, make_model):
             " WHERE c.relnamespace = 'toolkit'::regnamespace AND c.relkind = 'r'"
         )
     }
-    # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant
-    assert tenant_tables - {name for name, *_ in chunk_tables} == {"documents", "query_log", "tenant_bindings"}
+    # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant;
+    # so is the audit log of deletions (the owner and the deployer read it; no application may)
+    assert tenant_tables - {name for name, *_ in chunk_tables} == {
+        "documents",
+        "query_log",
+        "tenant_bindings",
+        "deletions",
+    }
