@@ -118,8 +118,8 @@ def test_embeddings_are_openai_compatible_with_the_prefix_once(server_url, datab
     with conn.transaction():
         conn.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
         rows = conn.execute(
-            "SELECT doc_id, start_offset FROM toolkit.search_chunks(%s::vector, 4, query_version => %s)",
-            (printed["embedding"], printed["version"]),
+            "SELECT doc_id, start_offset FROM toolkit.search_passages(%s, %s::vector, 4, query_version => %s)",
+            (QUESTION, printed["embedding"], printed["version"]),
         ).fetchall()
     searched = httpx.post(f"{server_url}/search", json={"question": QUESTION, "tenant": TENANT, "k": 4}).json()
     assert [tuple(r) for r in rows] == [(h["doc_id"], h["start"]) for h in searched]
@@ -218,7 +218,7 @@ SELECT :'answer'::jsonb ->> 'version' AS version, :'answer'::jsonb ->> 'embeddin
 BEGIN;
 SELECT toolkit.set_tenant('acme') \\g /dev/null
 SELECT rank, doc_id, start_offset, end_offset
-FROM toolkit.search_chunks($1::vector, 5, query_version => $2::integer) \\bind :embedding :version \\g
+FROM toolkit.search_passages($1, $2::vector, 5, query_version => $3::integer) \\bind :'question' :embedding :version \\g
 COMMIT;
 """
 
