@@ -115,6 +115,16 @@ SAMPLE_RATE = NumberRule("the sample rate (share of questions)", 0, 1, whole=Fal
 HNSW_M = NumberRule("HNSW m", 2, 100, hint="pgvector's range")
 MEMORY_BYTES = NumberRule("the memory size (bytes)", 1, 1e18, hint="that is more than any server holds")
 CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
+# What one file may cost to read (toolkit.text.sources.ReadLimits): sizes in bytes, times in seconds.
+FILE_BYTES = NumberRule("the file size limit (bytes)", 1, 1e15)
+PDF_SECONDS = NumberRule("the PDF time limit (seconds per document)", 0, 86_400, whole=False, above_minimum=True)
+PDF_MEMORY_BYTES = NumberRule(
+    "the PDF memory limit (bytes)", 100_000_000, 1e15, hint="the reading process needs about 70 MB to start"
+)
+PDF_PAGES = NumberRule("the PDF page limit", 1, 100_000_000)
+PDF_GLYPHS = NumberRule("the PDF glyph limit (glyphs per page)", 1, 1_000_000_000)
+# A query file holds questions and answers, not a corpus: larger is a mistake (or /dev/zero).
+QUERY_FILE_BYTES = 64_000_000
 # No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
 MAX_ARGUMENT_CHARS = 10_000
 
