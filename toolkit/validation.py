@@ -180,7 +180,7 @@ def model_options(options) -> dict:
     if not isinstance(options, dict):
         kind = "a list" if isinstance(options, list | tuple) else f"{type(options).__name__}"
         raise InputError(
-            f"Model options must be a JSON object of KEY: VALUE pairs (e.g. {{\"timeout\": 30}}), not {kind}."
+            f'Model options must be a JSON object of KEY: VALUE pairs (e.g. {{"timeout": 30}}), not {kind}.'
         )
     for key, value in options.items():
         if not isinstance(key, str) or not key.isidentifier():

@@ -114,7 +114,9 @@ class OpenAIEmbedder(Embedder):
         self.query_prefix = query_prefix or ""
         self.document_prefix = document_prefix or ""
         self.batch_size = positive_int(128 if batch_size is None else batch_size, "batch_size")
-        self.max_batch_tokens = positive_int(100_000 if max_batch_tokens is None else max_batch_tokens, "max_batch_tokens")
+        self.max_batch_tokens = positive_int(
+            100_000 if max_batch_tokens is None else max_batch_tokens, "max_batch_tokens"
+        )
         self.timeout = positive_float(timeout if timeout is not None else DEFAULT_TIMEOUT, "timeout")
         if max_retries is not None and (
             isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= 100
@@ -123,7 +125,9 @@ class OpenAIEmbedder(Embedder):
                 f"The embedding option max_retries must be a whole number from 0 to 100, not {max_retries!r}."
             )
         self.max_retries = max_retries if max_retries is not None else 6
-        self.retry_base_delay = positive_float(0.5 if retry_base_delay is None else retry_base_delay, "retry_base_delay")
+        self.retry_base_delay = positive_float(
+            0.5 if retry_base_delay is None else retry_base_delay, "retry_base_delay"
+        )
         self.max_retry_wait = positive_float(120.0 if max_retry_wait is None else max_retry_wait, "max_retry_wait")
         self.send_input_type = bool(send_input_type)
         self.rate_limiter = rate_limiter

@@ -157,7 +157,7 @@ class PdfReader:
                     return None
                 data += piece
             if header_read:
-                return pickle.loads(data[:needed])  # noqa: S301 - our own child's answer
+                return pickle.loads(data[:needed])
             needed = _HEADER.unpack(data[: _HEADER.size])[0]
             data = data[_HEADER.size :]
             header_read = True
@@ -178,9 +178,9 @@ def _serve(memory_bytes: int) -> int:
         outbox.flush()
 
     try:
-        from toolkit.text.pdf import read_pdf
-
         import pdfminer  # noqa: F401 - the pdf extra
+
+        from toolkit.text.pdf import read_pdf
     except ImportError:
         missing = True
     except MemoryError:
@@ -192,7 +192,7 @@ def _serve(memory_bytes: int) -> int:
         if len(header) < _HEADER.size:
             return 0
         request = inbox.read(_HEADER.unpack(header)[0])
-        path, clean, max_pages, max_glyphs = pickle.loads(request)  # noqa: S301 - from our own parent
+        path, clean, max_pages, max_glyphs = pickle.loads(request)
         if missing:
             answer("missing", "pdfminer.six is not installed")
             continue
