@@ -184,7 +184,7 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
             )
         )
     if not compared:
-        raise InputError("No question could be replayed: " + "; ".join(failed[:3]))
+        raise InputError("No question could be replayed: " + "; ".join(failed[:3]).rstrip(".") + ".")
     latency = {
         str(v): {
             f"{stage}_{name}_ms": round(_percentile(values, share), 2)
