@@ -121,9 +121,7 @@ def parse_queries(lines: Iterable[str], documents: Mapping[str, str], source: st
                 f"{where}: not valid JSON ({error.msg}); each line must be one object like {EXAMPLE}"
             ) from None
         except RecursionError:
-            raise InputError(
-                f"{where}: JSON nested too deeply to read; each line must be one object like {EXAMPLE}"
-            ) from None
+            raise InputError(f"{where}: JSON nested too deeply to read; each line must be one flat object.") from None
         if not isinstance(record, dict):
             raise InputError(f"{where}: each line must be one JSON object like {EXAMPLE}")
         query = record.get("query")
