@@ -132,11 +132,11 @@ def read_text_file(path: str | os.PathLike, what: str, max_bytes: int) -> str:
     try:
         data = read_regular_file(path, max_bytes)
     except NotReadable as exc:
-        raise InputError(f"The {what} {validation.shown(str(path))} {str(exc).rstrip('.')}.") from None
+        raise InputError(f"The {what} {str(path)!r} {str(exc).rstrip('.')}.") from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"The {what} {validation.shown(str(path))} is not UTF-8 text; save it as UTF-8.") from None
+        raise InputError(f"The {what} {str(path)!r} is not UTF-8 text; save it as UTF-8.") from None
 
 
 @dataclass(frozen=True)
