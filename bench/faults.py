@@ -661,9 +661,8 @@ def hostile_pdfs(server: Server) -> list[Scenario]:
         )
         stored = {r[0] for r in _rows(url, "SELECT doc_id FROM toolkit.documents WHERE tenant = %s", tenant)}
         flags = " ".join(options)
-        scenario = Scenario(
-            "28.6", f"{what}, beside {len(good)} good file(s): `toolkit ingest{' ' + flags if flags else ''}`"
-        )
+        beside = f", beside {len(good)} good files" if build is not None else ""
+        scenario = Scenario("28.6", f"{what}{beside}: `toolkit ingest{' ' + flags if flags else ''}`")
         scenario.trials = 1
         said = next((line.split(": ", 2)[-1] for line in stderr.splitlines() if "a-hostile.pdf" in line), "")
         if (code != 0) != (build is not None) or stored != good or "Traceback" in stderr:
