@@ -637,8 +637,7 @@ def hostile_pdfs(server: Server) -> list[Scenario]:
     cases = [
         ("a good 4-page PDF alone (the baseline)", None, (), "manual.pdf"),
         ("a 387-byte PDF whose page tree is a reference loop (7 0 R -> 8 0 R -> 7 0 R)", pdfs.write_reference_loop,
-         ("--pdf-timeout", "10"), "took longer than"),
-        ("the same loop under the default --pdf-timeout (300 s)", pdfs.write_reference_loop, (), "took longer than"),
+         (), "has a reference loop"),
         ("a 5 KB two-layer Flate bomb (decodes to 2 GB)", pdfs.write_flate_bomb, (), "needed more than"),
         ("a 9 KB glyph bomb (4,000,000 glyphs on one page)", pdfs.write_glyph_bomb, (), "draws more than"),
         ("a 14 MB PDF of 100,000 one-line pages", pdfs.write_many_pages, (), "has more than"),

@@ -135,6 +135,34 @@ class _TooManyGlyphs(Exception):
     pass
 
 
+class _ReferenceLoop(Exception):
+    pass
+
+
+def _guard_reference_loops() -> None:
+    """Makes pdfminer's ``PDFObjRef.resolve`` follow a chain of references to its end itself, refusing one that
+    comes back to an object it passed (``7 0 obj 8 0 R`` / ``8 0 obj 7 0 R``): pdfminer's own ``resolve1`` follows
+    such a chain forever at one core. Done once per process; a chain without a loop resolves as before."""
+    from pdfminer.pdftypes import PDFObjRef
+
+    if getattr(PDFObjRef.resolve, "_guards_loops", False):
+        return
+    original = PDFObjRef.resolve
+
+    def resolve(self, default=None):
+        seen = {self.objid}
+        value = original(self, default)
+        while isinstance(value, PDFObjRef):
+            if value.objid in seen:
+                raise _ReferenceLoop(self.objid)
+            seen.add(value.objid)
+            value = original(value, default)
+        return value
+
+    resolve._guards_loops = True
+    PDFObjRef.resolve = resolve
+
+
 def _aggregator(manager, laparams, max_glyphs: int | None):
     """pdfminer's page aggregator, counting the glyphs each page draws and stopping past ``max_glyphs``: a page
     that draws millions (a glyph bomb) is refused before its layout is analysed."""
@@ -164,6 +192,7 @@ def _extract(path: Path, max_pages: int | None = None, max_glyphs: int | None = 
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
 
+    _guard_reference_loops()
     try:
         with open(path, "rb") as file:
             head = file.read(1024)
@@ -197,6 +226,11 @@ def _extract(path: Path, max_pages: int | None = None, max_glyphs: int | None = 
                 pages.append(_page(device.get_result()))
     except (PdfError, MemoryError):
         raise
+    except _ReferenceLoop as loop:
+        raise PdfError(
+            f"has a reference loop (object {loop.args[0]} refers back to itself through other references), which "
+            "no reader can resolve; re-export it from its source, or leave it out."
+        ) from None
     except PDFPasswordIncorrect:
         raise PdfError(
             "is encrypted and needs a password to open; decrypt it first (for example qpdf --decrypt --password=… "

@@ -1,13 +1,14 @@
 """Reading PDFs in a child process with limits, so that a hostile PDF cannot hang or exhaust the reader.
 
-A PDF is a program for a parser: a reference loop (``7 0 obj 8 0 R`` / ``8 0 obj 7 0 R``) makes pdfminer loop
-forever at one core, a stream compressed twice (a 2 KB "Flate bomb") decodes to gigabytes, a page can draw millions
-of glyphs, a file can hold 100,000 pages. Each PDF is therefore read by ``PdfReader`` in a separate Python process
-(``python -m toolkit.text.pdf_process``) whose address space is capped (``RLIMIT_AS``); the parent kills it when a
-document takes longer than the time limit. Inside the child, ``toolkit.text.pdf.read_pdf`` refuses a document of
-more pages, or a page of more glyphs, than allowed before interpreting it. A document over any limit becomes a
-``PdfError`` whose sentence names the limit and the option that raises it; the reader then starts a fresh child
-for the next PDF, and every other file of the run is read as usual.
+A PDF is a program for a parser: a stream compressed twice (a 5 KB "Flate bomb") decodes to gigabytes, a page can
+draw millions of glyphs, a file can hold 100,000 pages, and a structure pdfminer does not guard against can keep it
+busy forever (a reference loop was one: ``toolkit.text.pdf`` now refuses those by itself). Each PDF is therefore
+read by ``PdfReader`` in a separate Python process (``python -m toolkit.text.pdf_process``) whose address space is
+capped (``RLIMIT_AS``); the parent kills it when a document takes longer than the time limit. Inside the child,
+``toolkit.text.pdf.read_pdf`` refuses a document of more pages, or a page of more glyphs, than allowed before
+interpreting it. A document over any limit becomes a ``PdfError`` whose sentence names the limit and the option
+that raises it; the reader then starts a fresh child for the next PDF, and every other file of the run is read as
+usual.
 
 The child is started once per run and reused for every PDF that stays within the limits (starting Python and
 importing pdfminer costs about a third of a second). Requests and answers are pickled, length-prefixed, over the
@@ -110,7 +111,7 @@ class PdfReader:
             self._kill()
             raise PdfError(
                 f"took longer than {limits.pdf_seconds:g} s to read and was stopped (the limit is --pdf-timeout); "
-                "a PDF built to hang a reader (a reference loop) looks like this: leave it out, or raise "
+                "a PDF built to hang a reader looks like this: leave it out, or raise "
                 "--pdf-timeout if it is only very large."
             )
         if answer is None:  # the child died without answering: out of memory, most likely
