@@ -166,6 +166,33 @@ ROWS = [
     row("cutover", "--version", "cutover --version {}", number()),
     row("cutover", "--reason", "cutover --version 1 --reason {}", named(WRITE)),
     row("cutover", "--format", "cutover --version 2 --force --format {}", choice()),
+    # delete and tenant erase: dry runs without --yes (read only); an unknown document or tenant is refused
+    row("delete", "doc_ids", ["delete", "--tenant", "acme", V], named(REFUSED, negative=USAGE)),
+    row("delete", "--tenant", "delete --tenant {} doc0.md", named(REFUSED)),
+    row("delete", "--reason", "delete --tenant acme doc0.md --reason {}", named(READ)),
+    row("delete", "--format", "delete --tenant acme doc0.md --format {}", choice()),
+    row("tenant erase", "name", ["tenant", "erase", V], named(REFUSED, negative=USAGE)),
+    row("tenant erase", "--reason", "tenant erase acme --reason {}", named(READ)),
+    row("tenant erase", "--format", "tenant erase acme --format {}", choice()),
+    # diff and show (read only)
+    row("diff", "--version", "diff --version 1 --doc doc0.md --version {}", number()),
+    row("diff", "--doc", "diff --version 1 --version 2 --doc {}", named(REFUSED)),
+    row("diff", "--tenant", "diff --version 1 --version 2 --doc doc0.md --tenant {}", named(REFUSED)),
+    row("diff", "--format", "diff --version 1 --version 2 --doc doc0.md --format {}", choice()),
+    row("show", "--version", "show --version {}", number()),
+    row("show", "--doc", "show --version 1 --doc {}", named(REFUSED)),
+    row("show", "--tenant", "show --version 1 --tenant {}", named(READ)),
+    row("show", "--format", "show --version 1 --format {}", choice()),
+    # embed (read only)
+    row("embed", "question", ["embed", V, "--tenant", "acme"], named(READ, negative=USAGE)),
+    row("embed", "--tenant", "embed hello --tenant {}", named(READ)),
+    row("embed", "--request-key", "embed hello --tenant acme --request-key {}", named(READ)),
+    row("embed", "--format", "embed hello --tenant acme --format {}", choice()),
+    # serve (no legal case may start a server: a host that is not loopback is refused before anything opens)
+    row("serve", "--host", "serve --host {}", named(REFUSED)),
+    row("serve", "--port", "serve --host 192.0.2.1 --port {}", number(zero=REFUSED)),
+    row("serve", "--tenant", "serve --host 192.0.2.1 --tenant {}", named(REFUSED)),
+    row("serve", "--pool-size", "serve --host 192.0.2.1 --pool-size {}", number()),
     # db
     row("db status", "--format", "db status --format {}", choice()),
     # estimate (no database)

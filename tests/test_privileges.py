@@ -39,6 +39,7 @@ TABLES = {
     "version_transitions": {"writer": {"SELECT"}, "deployer": {"SELECT"}},
     "evaluations": {"deployer": {"SELECT"}},
     "cutovers": {"deployer": {"SELECT"}},
+    "deletions": {"deployer": {"SELECT"}},
     "traffic_split": {},
     "query_log": {},
     "query_log_settings": {},
@@ -88,6 +89,9 @@ EVERYONE = {
     "search_chunks",
     "hybrid_search_chunks",
     "search_context",
+    "search_passages",
+    "_spans_touch",
+    "_passage_tokens",
     "_search_target",
     "_search_tenant",
     "_search_filter_texts",
@@ -95,14 +99,22 @@ EVERYONE = {
     "_check_k",
     "_version_gone",
     "lexical_settings",
+    "retrieval_settings",
+    "served_retrieval",
     "chunk_search_text",
     "query_lexemes",
     "_any_lexeme",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
+    # What a version holds (toolkit show, diff), read as the caller.
+    "_version_table",
+    "_live_version_table",
+    "version_documents",
+    "version_chunks",
 }
 WRITER = EVERYONE | {
+    "delete_documents",
     "create_version",
     "create_version_index",
     "version_index_valid",
@@ -125,6 +137,7 @@ WRITER = EVERYONE | {
     "query_log_status",
 }
 DEPLOYER = EVERYONE | {
+    "erase_tenant",
     "evaluate_version",
     "activate_version",
     "rollback_version",

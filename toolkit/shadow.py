@@ -162,7 +162,8 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
                 began = time.perf_counter()
                 vector = embedder.embed_query(q.text)
                 embedded = time.perf_counter()
-                hits = search(conn, vector, q.tenant, k, version=version, log=False)
+                # What applications get by default (passages): the question's text goes with its vector.
+                hits = search(conn, vector, q.tenant, k, version=version, log=False, query_text=q.text)
                 timings[version]["embed"].append((embedded - began) * 1000)
                 timings[version]["search"].append((time.perf_counter() - embedded) * 1000)
                 spans[version] = [(h.doc_id, h.start, h.end) for h in hits]

@@ -108,6 +108,7 @@ MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
 # toolkit.search_max_k() in SQL; toolkit.search.MAX_K is this bound, and a test keeps the two equal.
 RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
+PASSAGE_TOKENS = NumberRule("the passages' token budget (max_tokens)", 1, 10_000_000)
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
 QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL: list[str] = []
+INCREMENTAL: list[str] = ["009-deletions.sql"]
 
 
 def upgrade() -> None:

@@ -96,3 +96,24 @@ BEGIN
         ' USING (true) WITH CHECK (true)', target);
 END
 $$;
+
+-- Restrictive: a labelled row of a table with access_labels is visible only to principals holding one of its labels
+-- (service roles see every row). On every chunk table for every role, and on documents for the reader (the deployer
+-- reads documents to resolve labelled answers).
+CREATE OR REPLACE FUNCTION toolkit._secure_access_labels(target regclass, applies_to text DEFAULT 'public')
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('DROP POLICY IF EXISTS access_labels ON %s', target);
+    EXECUTE format(
+        'CREATE POLICY access_labels ON %s AS RESTRICTIVE FOR SELECT TO %s'
+        ' USING (cardinality(access_labels) = 0'
+        ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
+        ' OR (SELECT toolkit._is_service_role()))', target,
+        CASE WHEN applies_to = 'public' THEN 'public' ELSE quote_ident(applies_to) END);
+END
+$$;

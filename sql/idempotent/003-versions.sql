@@ -104,13 +104,7 @@ DECLARE
     tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
 BEGIN
     PERFORM toolkit._secure_tenant_table(tbl);
-    -- Restrictive: a labelled row is visible only to principals holding one of its labels.
-    EXECUTE format('DROP POLICY IF EXISTS access_labels ON %s', tbl);
-    EXECUTE format(
-        'CREATE POLICY access_labels ON %s AS RESTRICTIVE FOR SELECT TO public'
-        ' USING (cardinality(access_labels) = 0'
-        ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
-        ' OR (SELECT toolkit._is_service_role()))', tbl);
+    PERFORM toolkit._secure_access_labels(tbl);
     PERFORM toolkit._grant_version_table(target);
     UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
@@ -145,7 +139,10 @@ AS $$
     SELECT md5(string_agg(p.prosrc, E'\n' ORDER BY p.proname))
     FROM pg_catalog.pg_proc AS p
     WHERE p.pronamespace = 'toolkit'::regnamespace
-        AND p.proname IN ('_secure_tenant_table', '_secure_version_table', 'current_tenant', 'current_principals')
+        AND p.proname IN (
+            '_secure_tenant_table', '_secure_access_labels', '_secure_version_table', 'current_tenant',
+            'current_principals'
+        )
 $$;
 
 -- Creates a version for a model and chunker, and its chunks_vN table; returns the version number.

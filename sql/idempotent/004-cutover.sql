@@ -147,20 +147,27 @@ BEGIN
 END
 $$;
 
--- The passing evaluation that lets a version go live: the newest passing one made after its last change.
+-- The passing evaluation that lets a version go live: the newest passing one made after its last change, with the
+-- retrieval applications get (served_retrieval: a verification of another retrieval measured something else).
 CREATE OR REPLACE FUNCTION toolkit._passing_evaluation(target integer)
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT e.evaluation_id
-    FROM toolkit.evaluations AS e
-    INNER JOIN toolkit.versions AS v ON e.version = v.version
-    WHERE e.version = target AND e.passed AND e.created_at >= v.content_changed_at
-    ORDER BY e.created_at DESC
-    LIMIT 1
+BEGIN
+    -- plpgsql: served_retrieval() is defined later (011-lexical.sql), and a SQL function's body is checked when made.
+    RETURN (
+        SELECT e.evaluation_id
+        FROM toolkit.evaluations AS e
+        INNER JOIN toolkit.versions AS v ON e.version = v.version
+        WHERE e.version = target AND e.passed AND e.created_at >= v.content_changed_at
+            AND e.gate ->> 'retrieval' IS NOT DISTINCT FROM toolkit.served_retrieval()
+        ORDER BY e.created_at DESC
+        LIMIT 1
+    );
+END
 $$;
 
 -- Makes a version active: the gate (a passing verification newer than its last change) unless forced.
