@@ -122,6 +122,12 @@ ROWS = [
     row("ingest", "--acl", "ingest {corpus} --tenant acme --acl {}", named(WRITE)),
     row("ingest", "--batch-size", "ingest {corpus} --tenant acme --batch-size {}", number()),
     row("ingest", "--format", "ingest {corpus} --tenant acme --format {}", choice()),
+    # what one file may cost to read (sizes like 100MB, seconds, counts): every bad value is a usage error
+    row("ingest", "--max-file-size", "ingest {corpus} --tenant acme --max-file-size {}", number()),
+    row("ingest", "--pdf-timeout", "ingest {corpus} --tenant acme --pdf-timeout {}", number()),
+    row("ingest", "--pdf-memory", "ingest {corpus} --tenant acme --pdf-memory {}", number()),
+    row("ingest", "--pdf-max-pages", "ingest {corpus} --tenant acme --pdf-max-pages {}", number()),
+    row("ingest", "--pdf-max-glyphs", "ingest {corpus} --tenant acme --pdf-max-glyphs {}", number()),
     # backfill (a refusal must not leave a new building version behind: the snapshot would show it)
     row("backfill", "--model", "backfill --model {}", NOT_A_MODEL),
     row("backfill", "--chunker", "backfill --model h --chunker {}", named(REFUSED)),
@@ -141,6 +147,11 @@ ROWS = [
     row("chunk", "--overlap", "chunk {file} --size 40 --overlap {}", number(zero=READ)),
     row("chunk", "--embedder", "chunk {file} --strategy semantic --embedder {}", named(REFUSED)),
     row("chunk", "--format", "chunk {file} --format {}", choice()),
+    row("chunk", "--max-file-size", "chunk {file} --max-file-size {}", number()),
+    row("chunk", "--pdf-timeout", "chunk {file} --pdf-timeout {}", number()),
+    row("chunk", "--pdf-memory", "chunk {file} --pdf-memory {}", number()),
+    row("chunk", "--pdf-max-pages", "chunk {file} --pdf-max-pages {}", number()),
+    row("chunk", "--pdf-max-glyphs", "chunk {file} --pdf-max-glyphs {}", number()),
     # canary (version 2 is ready; a legal value would start a canary)
     row("canary", "--model", "canary --percent 10 --model {}", NOT_A_MODEL),
     row("canary", "--chunker", "canary --percent 10 --model h --chunker {}", named(REFUSED)),
@@ -273,7 +284,8 @@ ROWS = [
     row("shadow", "--queries", "shadow --version 2 --queries {}", path(USAGE)),
     # the query log is empty: a legal --since finds nothing to replay
     row("shadow", "--since", "shadow --version 2 --from-log --since {}", named(USAGE, zero=REFUSED)),
-    row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(READ)),
+    # a tenant without documents has nothing to compare: refused (it printed blanks and exit 0)
+    row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(REFUSED)),
     row("shadow", "-k", "shadow --version 2 --queries {queries} -k {}", number()),
     row("shadow", "--format", "shadow --version 2 --queries {queries} --format {}", choice()),
     row("search", "--format", f"{SEARCH} --format {{}}", choice()),

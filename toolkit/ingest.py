@@ -90,8 +90,11 @@ def ingest(
     batch_documents: int = 32,
     progress: Progress | None = None,
     overlap: bool = True,
+    limits=None,
 ) -> IngestReport:
-    """Ingests files and directories for a tenant into every live version; see the module docstring."""
+    """Ingests files and directories for a tenant into every live version; see the module docstring. ``limits``
+    (a ``toolkit.text.sources.ReadLimits``) bounds what each file may cost to read: a file over a limit is
+    reported in ``failed`` and the others are stored."""
     from toolkit.text.sources import SourceError, read_documents
 
     validation.BATCH_DOCUMENTS.check(batch_documents)
@@ -100,7 +103,7 @@ def ingest(
     roots = []
     for path in paths:
         root = Path(path)
-        if not root.exists():
+        if not root.exists() and not root.is_symlink():
             raise InputError(f"{path} does not exist; nothing was ingested. Check the path.")
         roots.append(str(root.resolve()))
     report = IngestReport(tenant=tenant)
@@ -112,7 +115,7 @@ def ingest(
     began = time.perf_counter()
     documents, seen_by_root, first_source = [], {root: set() for root in roots}, {}
     for path, root in zip(paths, roots, strict=True):
-        for item in read_documents([path]):
+        for item in read_documents([path], limits=limits):
             if isinstance(item, SourceError):
                 report.failed.append(FileFailure(str(item.source), item.reason))
                 if getattr(item, "doc_id", None):

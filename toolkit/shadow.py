@@ -96,12 +96,10 @@ def _percentile(values: list[float], share: float) -> float:
 def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
     """Questions from JSONL (``{"query": ...}`` per line, labels ignored; ``"tenant"`` optional) or plain text (one
     question a line); each needs a tenant: its own, or ``tenant``."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise InputError(f"Cannot read {path} ({error.strerror}); check the path.") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text; save it as UTF-8.") from None
+    from toolkit.text.sources import read_text_file
+    from toolkit.validation import QUERY_FILE_BYTES
+
+    lines = read_text_file(path, "question file", QUERY_FILE_BYTES).splitlines()
     found = []
     for number, line in enumerate(lines, 1):
         line = line.strip()
@@ -113,6 +111,12 @@ def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise InputError(f"{path} line {number}: not valid JSON ({error.msg}).") from None
+            except RecursionError:
+                raise InputError(
+                    f"{path} line {number}: JSON nested too deeply to read; write one flat object."
+                ) from None
+            if not isinstance(record, dict):
+                raise InputError(f'{path} line {number}: a JSON line must be an object like {{"query": "..."}}.')
         text, owner = record.get("query"), record.get("tenant", tenant)
         if not isinstance(text, str) or not text.strip():
             raise InputError(f'{path} line {number}: "query" must be the question text.')
@@ -167,6 +171,9 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
             failed.append(f"{q.tenant}: {q.text[:80]}: {error}")
             continue
         a, c = spans[active], spans[candidate]
+        if not a and not c:  # nothing to compare: an empty (or unknown) tenant is not "the versions agree"
+            failed.append(f"{q.tenant}: {q.text[:80]}: neither version holds a chunk of tenant {q.tenant}")
+            continue
         compared.append(
             Compared(
                 q.tenant,
@@ -178,7 +185,7 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
             )
         )
     if not compared:
-        raise InputError("No question could be replayed: " + "; ".join(failed[:3]))
+        raise InputError("No question could be replayed: " + "; ".join(failed[:3]).rstrip(".") + ".")
     latency = {
         str(v): {
             f"{stage}_{name}_ms": round(_percentile(values, share), 2)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from toolkit.cli._output import say
+
 
 def settings():
     """The options of the root group (database URL, data directory)."""
@@ -12,7 +14,7 @@ def settings():
 
 def _say_embedded(db) -> None:
     if db.embedded:
-        click.echo(f"toolkit: using the embedded PostgreSQL in {db.data_dir}", err=True)
+        say(f"toolkit: using the embedded PostgreSQL in {db.data_dir}", err=True)
 
 
 def open_database():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from toolkit.cli._context import in_database
-from toolkit.cli._output import FORMAT_OPTION, emit, plural, to_json
+from toolkit.cli._output import FORMAT_OPTION, emit, plural, say, to_json
 from toolkit.cli._params import Number
 from toolkit.cli.serving import tenant
 from toolkit.validation import VERSION_NUMBER
@@ -20,9 +20,9 @@ def _print_deletion(report, output_format: str) -> None:
     emit([r.__dict__ for r in report.removed], "table", ["relation", "version", "rows"])
     what = f"tenant {report.tenant}" if report.action == "erase" else plural(len(report.doc_ids), "document")
     if report.dry_run:
-        click.echo(f"Dry run: nothing was changed. Pass --yes to remove these {plural(report.rows, 'row')} of {what}.")
+        say(f"Dry run: nothing was changed. Pass --yes to remove these {plural(report.rows, 'row')} of {what}.")
     else:
-        click.echo(f"Removed {plural(report.rows, 'row')} of {what} in one transaction (audited in toolkit.deletions).")
+        say(f"Removed {plural(report.rows, 'row')} of {what} in one transaction (audited in toolkit.deletions).")
 
 
 @click.command(short_help="Delete documents of a tenant from every version and the query log (dry run by default).")
@@ -87,12 +87,12 @@ def embed(question, tenant, request_key, output_format) -> None:
         answer["tokens"] = answer["tokens"][0]
         click.echo(to_json(answer))
     elif output_format == "vector":
-        click.echo(f"toolkit: version {made.version} ({made.model_alias}) serves this request", err=True)
-        click.echo(literal)
+        say(f"toolkit: version {made.version} ({made.model_alias}) serves this request", err=True)
+        say(literal)
     else:
-        click.echo(f"version\t{made.version}\nmodel\t{made.model_alias} ({made.provider}:{made.model_name})")
-        click.echo(f"dimensions\t{made.dimensions}\ndistance\t{made.distance}\nserving\t{made.serving}")
-        click.echo(f"vector\t{literal}")
+        say(f"version\t{made.version}\nmodel\t{made.model_alias} ({made.provider}:{made.model_name})")
+        say(f"dimensions\t{made.dimensions}\ndistance\t{made.distance}\nserving\t{made.serving}")
+        say(f"vector\t{literal}")
 
 
 @click.command(short_help="Serve embeddings (OpenAI-compatible) and search over HTTP on 127.0.0.1.")
@@ -116,7 +116,7 @@ def serve(host, port, tenant, pool_size) -> None:
         ) from error
     serving_http.check_loopback(host)
     url = database_url()
-    click.echo(f"toolkit: serving on http://{host}:{port} (Ctrl-C stops)", err=True)
+    say(f"toolkit: serving on http://{host}:{port} (Ctrl-C stops)", err=True)
     serving_http.server(serving_http.ServerSettings(url, tenant, pool_size), host, port).run()
 
 
@@ -166,11 +166,11 @@ def _print_diff(found, output_format: str) -> None:
         click.echo(to_json(found.as_dict()))
         return
     for label, side in (("A", found.a), ("B", found.b)):
-        click.echo(
+        say(
             f"{label}: version {side.version} ({side.model_alias}, {side.chunker_version}): "
             f"{plural(len(side.chunks), 'chunk')}, {side.tokens:,} tokens"
         )
-    click.echo(
+    say(
         f"{plural(len(found.common_cuts), 'cut')} in common, {len(found.only_a)} only in A, "
         f"{len(found.only_b)} only in B."
     )

@@ -204,7 +204,7 @@ def retire(older_than, version, dry_run, output_format) -> None:
 
     The active version is never retired.
     """
-    from toolkit.cutover import parse_duration, retire_old_versions, retire_version
+    from toolkit.cutover import check_retirable, parse_duration, retire_old_versions, retire_version
     from toolkit.store.versions import active_version
 
     _, conn = open_database()
@@ -213,6 +213,8 @@ def retire(older_than, version, dry_run, output_format) -> None:
             retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
         elif dry_run and version == active_version(conn):
             raise click.ClickException(f"Version {version} is active and cannot be retired.")
+        elif dry_run:
+            check_retirable(conn, version)
         elif not dry_run:
             retire_version(conn, version, reason="toolkit retire --version")
     _render.print_retired([version] if version is not None else retired, dry_run, output_format)

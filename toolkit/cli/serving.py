@@ -9,7 +9,7 @@ import click
 from toolkit import validation
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
-from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli._output import FORMAT_OPTION, emit, say
 from toolkit.cli._params import Duration, Number
 from toolkit.cli.lifecycle import version_options
 
@@ -36,6 +36,12 @@ def canary(output_format, **options) -> None:
     """
     from toolkit.serving import change_canary
 
+    named = options["version"] is not None or options["model_alias"] or options["chunker_spec"]
+    if named and options["percent"] is None and options["tenants"] is None and not options["off"]:
+        raise click.UsageError(
+            "Say what to do with the version: --percent N and/or --tenants A,B start or change its canary, --off ends "
+            "it; without a version, toolkit canary shows the canary."
+        )
     _render.print_canary(in_database(change_canary, **options), output_format)
 
 
@@ -92,6 +98,8 @@ def query_log(output_format, **options) -> None:
     """
     from toolkit.serving import configure_query_log
 
+    if options["off"] and options["sample_rate"] is not None:
+        raise click.UsageError("Give --off or --sample-rate, not both: --off is --sample-rate 0.")
     _render.print_query_log(in_database(configure_query_log, **options), output_format)
 
 
@@ -109,7 +117,7 @@ def tenant_grant(login, tenants) -> None:
     from toolkit.store.tenants import bind_tenants
 
     bound = in_database(bind_tenants, login, tenants)
-    click.echo(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
+    say(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
 
 
 @tenant.command("revoke")
@@ -123,9 +131,7 @@ def tenant_revoke(login, tenants, everything) -> None:
     if not tenants and not everything:
         raise click.UsageError("Name the tenants to revoke, or pass --all.")
     kept = in_database(unbind_tenants, login, None if everything else tenants)
-    click.echo(
-        f"{login} is bound to {', '.join(kept)}." if kept else f"{login} is not bound any more: it chooses its tenant."
-    )
+    say(f"{login} is bound to {', '.join(kept)}." if kept else f"{login} is not bound any more: it chooses its tenant.")
 
 
 @tenant.command("list")

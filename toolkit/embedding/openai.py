@@ -113,14 +113,22 @@ class OpenAIEmbedder(Embedder):
         self.max_input_tokens = limit
         self.query_prefix = query_prefix or ""
         self.document_prefix = document_prefix or ""
-        self.batch_size = positive_int(batch_size or 128, "batch_size")
-        self.max_batch_tokens = positive_int(max_batch_tokens or 100_000, "max_batch_tokens")
+        self.batch_size = positive_int(128 if batch_size is None else batch_size, "batch_size")
+        self.max_batch_tokens = positive_int(
+            100_000 if max_batch_tokens is None else max_batch_tokens, "max_batch_tokens"
+        )
         self.timeout = positive_float(timeout if timeout is not None else DEFAULT_TIMEOUT, "timeout")
-        if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)):
-            raise InputError(f"The embedding option max_retries must be a whole number, not {max_retries!r}.")
-        self.max_retries = max(0, max_retries) if max_retries is not None else 6
-        self.retry_base_delay = positive_float(retry_base_delay or 0.5, "retry_base_delay")
-        self.max_retry_wait = positive_float(max_retry_wait or 120.0, "max_retry_wait")
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= 100
+        ):
+            raise InputError(
+                f"The embedding option max_retries must be a whole number from 0 to 100, not {max_retries!r}."
+            )
+        self.max_retries = max_retries if max_retries is not None else 6
+        self.retry_base_delay = positive_float(
+            0.5 if retry_base_delay is None else retry_base_delay, "retry_base_delay"
+        )
+        self.max_retry_wait = positive_float(120.0 if max_retry_wait is None else max_retry_wait, "max_retry_wait")
         self.send_input_type = bool(send_input_type)
         self.rate_limiter = rate_limiter
         if encoding_format is not None and encoding_format not in ENCODINGS:

@@ -49,7 +49,9 @@ def validate_alias(alias: str) -> str:
 
 
 def refuse_secrets(conn: psycopg.Connection, options: dict | None, base_url: str | None) -> None:
-    """Refuses options or a base URL that would store a secret (SQL's rule), before anything is probed or stored."""
+    """Refuses options or a base URL that would store a secret (SQL's rule), before anything is probed or stored;
+    options that are not a flat object (a list, a nested object SQL's rule would not look into) first."""
+    validation.model_options(options)
     with translate_errors(), conn.transaction():
         found = conn.execute("SELECT toolkit.model_secrets(%s, %s)", (Jsonb(options or {}), base_url)).fetchone()[0]
     if found:
@@ -179,7 +181,12 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
         settings["supports_shortening"] = model.supports_shortening
     if dimensions is not None and dimensions != model.dimensions:
         settings["dimensions"] = dimensions
-    return get_embedder(f"{model.provider}:{model.model_name}", **settings)
+    embedder = get_embedder(f"{model.provider}:{model.model_name}", **settings)
+    if embedder.dimensions is None:
+        # The registry knows the size: every answer, the first included, is checked against it (an embedder that
+        # learnt it from its first answer would, with several workers, blame the right answer for the wrong one).
+        embedder.dimensions = dimensions or model.dimensions
+    return embedder
 
 
 def register_model(
