@@ -272,6 +272,8 @@ ROWS = [
     row("search", "--tenant", "search hello --tenant {}", named(READ)),
     row("search", "-k", f"{SEARCH} -k {{}}", number()),
     row("search", "--expand", f"{SEARCH} --expand {{}}", named(REFUSED)),
+    row("search", "--retrieval", f"{SEARCH} --retrieval {{}}", choice()),
+    row("search", "--max-tokens", f"{SEARCH} --max-tokens {{}}", number()),
     row("search", "--filter", f"{SEARCH} --filter {{}}", named(REFUSED)),
     row("search", "--principal", f"{SEARCH} --principal {{}}", named(READ)),
     row("search", "--ef-search", f"{SEARCH} --ef-search {{}}", number()),

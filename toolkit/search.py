@@ -222,11 +222,8 @@ def search(
         query_text = query if query_text is None else query_text
         version, query_model = serving.version, serving.model_alias
     else:
-        vector = np.asarray(query, dtype=np.float32)
-        if vector.ndim != 1 or not np.isfinite(vector).all():
-            raise InputError("The query vector must be one finite vector of numbers.")
-        if not np.any(vector):
-            raise InputError("The query vector is all zeros, so it has no direction to search by; embed the question.")
+        # One finite vector with a direction (SQL checks its dimensions against the version's: TK001 / TK002).
+        vector = validation.query_vector(query)
     if retrieval == "hybrid" and not query_text:
         raise InputError(
             "The hybrid retrieval ranks by full text too, so it needs the question's text: pass a question, or "
