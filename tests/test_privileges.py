@@ -121,6 +121,7 @@ WRITER = EVERYONE | {
     "_version_table",
     "register_model",
     "version_status",
+    "version_evaluation_current",
     "canary_status",
     "query_log_status",
 }
@@ -133,6 +134,7 @@ DEPLOYER = EVERYONE | {
     "set_canary",
     "canary_status",
     "version_status",
+    "version_evaluation_current",
     "version_index_valid",
     "document_tenants",
     "logged_questions",

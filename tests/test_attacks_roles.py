@@ -1,0 +1,178 @@
+"""The red team's attacks on the roles (issue 28 items 1-5 and 8's SQL side, issue 23 item 3), each run as the role
+that would exploit it on the real database, and named for the attack. Each failed on the main branch they were
+written against."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+from support import ready_version
+
+from toolkit import cutover, serving
+from toolkit.cli import main
+from toolkit.db.connection import connect
+from toolkit.errors import InputError, StateError
+from toolkit.store import versions
+
+ROLES = {
+    "reader": "toolkit_reader",
+    "writer": "toolkit_writer",
+    "deployer": "toolkit_deployer",
+    "owner": "toolkit_owner",
+}
+
+
+def as_user(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{user}@{parts.netloc.split('@')[-1]}"))
+
+
+@pytest.fixture
+def logins(conn, database_url):
+    """One login per role: {role: (name, url)}; dropped afterwards."""
+    suffix = uuid.uuid4().hex[:8]
+    made = {}
+    for role, group in ROLES.items():
+        name = f"{role}_{suffix}"
+        conn.execute(f'CREATE ROLE "{name}" LOGIN IN ROLE {group}')
+        made[role] = (name, as_user(database_url, name))
+    yield made
+    for name, _ in made.values():
+        conn.execute(f'DROP OWNED BY "{name}"')
+        conn.execute(f'DROP ROLE "{name}"')
+
+
+def _passing(conn, version: int) -> None:
+    """Records a passing evaluation as SQL's verification would (only the owner may call this directly)."""
+    conn.execute("SELECT toolkit._record_evaluation(%s, 'test', 1, 1, '{}', true)", (version,))
+
+
+@pytest.fixture
+def live(conn, make_model):
+    """An active version and a verified candidate with 20 rows per tenant a and b."""
+    make_model("m1", 8)
+    make_model("m2", 8, model_name="8", options={"seed": 3})
+    active = ready_version(conn, "m1", 8, {"a": 20, "b": 20}, seed=1)
+    cutover.activate_version(conn, active, force=True)
+    candidate = ready_version(conn, "m2", 8, {"a": 20, "b": 20}, seed=2)
+    _passing(conn, candidate)
+    return active, candidate
+
+
+def _state(conn, version: int) -> str:
+    return conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()[0]
+
+
+def _status(conn, version: int):
+    return next(v for v in versions.version_status(conn) if v.version == version)
+
+
+# -- 1. the writer puts poisoned content live through an unforced cutover -----------------------------------------
+
+
+def test_writer_direct_update_of_a_chunk_table_makes_the_verification_stale_and_unforced_cutover_refused(
+    conn, logins, live
+):
+    writer = logins["writer"][1]
+    active, candidate = live
+    assert _status(conn, candidate).evaluation_current is True
+    with psycopg.connect(writer) as w:
+        updated = w.execute(
+            f"UPDATE toolkit.chunks_v{candidate} SET text = 'POISONED' WHERE tenant = 'a'"
+        ).rowcount
+    assert updated == 20
+    assert _state(conn, candidate) == "ready"
+    row = _status(conn, candidate)
+    assert row.evaluation_current is False and row.verification == "stale"
+    with connect(logins["deployer"][1]) as deployer, pytest.raises(StateError, match="no passing verification"):
+        cutover.activate_version(deployer, candidate)
+    assert _state(conn, candidate) == "ready" and versions.active_version(conn) == active
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO toolkit.chunks_v{v} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text,"
+        " content_hash, token_count, embedding) SELECT tenant, chunk_id || '-x', doc_id, position, start_offset,"
+        " end_offset, 'POISONED', content_hash, token_count, embedding FROM toolkit.chunks_v{v} LIMIT 1",
+        "DELETE FROM toolkit.chunks_v{v} WHERE tenant = 'b'",
+        "UPDATE toolkit.chunks_v{v} SET access_labels = '{{}}' WHERE false",
+    ],
+    ids=["insert", "delete", "update-of-no-rows"],
+)
+def test_writer_insert_or_delete_in_a_verified_version_makes_it_stale(conn, logins, live, statement):
+    _, candidate = live
+    with psycopg.connect(logins["writer"][1]) as w:
+        w.execute(statement.format(v=candidate))
+    assert _status(conn, candidate).evaluation_current is False
+
+
+def test_status_and_cutover_agree_after_a_rollback_issue_23(conn, logins, live):
+    """Issue 23 item 3: after cutover then rollback, status said current where cutover refused."""
+    active, candidate = live
+    cutover.activate_version(conn, candidate)
+    assert _status(conn, candidate).evaluation_current is True
+    cutover.rollback_version(conn)
+    row = _status(conn, candidate)
+    assert row.state == "ready" and row.evaluation_current is False
+    with pytest.raises(StateError, match="no passing verification"):
+        cutover.activate_version(conn, candidate)
+    result = CliRunner().invoke(main, ["--database-url", conn.info.dsn, "status", "--format", "json"])
+    shown = next(v for v in json.loads(result.stdout)["versions"] if v["version"] == candidate)
+    assert shown["evaluation_current"] is False
+
+
+def test_a_verification_waits_for_an_uncommitted_change_of_the_rows_it_vouches_for(conn, logins, live):
+    """A writer's change made before a verification starts but committed after it would have been vouched for
+    unseen: the verification waits for it instead (and gives up naming it)."""
+    _, candidate = live
+    writer = psycopg.connect(logins["writer"][1])
+    try:
+        writer.execute(f"UPDATE toolkit.chunks_v{candidate} SET text = 'POISONED' WHERE tenant = 'a'")  # open
+        with pytest.raises(pg_errors.LockNotAvailable, match="not been committed") as caught:
+            conn.execute("SELECT toolkit._await_version_changes(%s, '100ms')", (candidate,))
+        assert f"pid {writer.info.backend_pid}" in str(caught.value)
+        writer.commit()
+        conn.execute("SELECT toolkit._await_version_changes(%s, '100ms')", (candidate,))
+        # nothing is held afterwards: the writer can change the rows again at once
+        writer.execute("SET lock_timeout = '100ms'")
+        writer.execute(f"UPDATE toolkit.chunks_v{candidate} SET text = 'again' WHERE tenant = 'b'")
+        writer.commit()
+    finally:
+        writer.close()
+
+
+# -- 8. the writer ends a canary silently ------------------------------------------------------------------------
+
+
+def test_writer_cannot_silently_end_a_canary_by_moving_its_candidate_back_to_building(conn, logins, live):
+    _, candidate = live
+    serving.set_canary(conn, candidate, 10)
+    with psycopg.connect(logins["writer"][1]) as w, pytest.raises(pg_errors.ObjectNotInPrerequisiteState):
+        w.execute("SELECT toolkit.mark_version_building(%s)", (candidate,))
+    assert serving.canary_status(conn).candidate == candidate and _state(conn, candidate) == "verified"
+
+
+def test_writer_touching_a_canary_candidate_leaves_an_audit_row_and_status_shows_it_unverified(conn, logins, live):
+    _, candidate = live
+    serving.set_canary(conn, candidate, 10)
+    before = conn.execute("SELECT count(*) FROM toolkit.cutovers").fetchone()[0]
+    with psycopg.connect(logins["writer"][1]) as w:
+        w.execute("SELECT toolkit.touch_version(%s)", (candidate,))
+    audit = conn.execute(
+        "SELECT action, to_version, details FROM toolkit.cutovers ORDER BY cutover_id DESC LIMIT 1"
+    ).fetchone()
+    assert conn.execute("SELECT count(*) FROM toolkit.cutovers").fetchone()[0] == before + 1
+    assert audit[0] == "canary" and audit[1] == candidate and audit[2]["verification"] == "stale"
+    assert audit[2]["changed_by"] == logins["writer"][0]
+    assert _status(conn, candidate).evaluation_current is False
