@@ -176,3 +176,104 @@ def test_writer_touching_a_canary_candidate_leaves_an_audit_row_and_status_shows
     assert audit[0] == "canary" and audit[1] == candidate and audit[2]["verification"] == "stale"
     assert audit[2]["changed_by"] == logins["writer"][0]
     assert _status(conn, candidate).evaluation_current is False
+
+
+# -- 5. tenant bindings that silently do not hold -----------------------------------------------------------------
+
+
+@pytest.fixture
+def tenanted(conn, make_model):
+    make_model("m1", 8)
+    v = ready_version(conn, "m1", 8, {"acme": 10, "beta": 6}, seed=1)
+    cutover.activate_version(conn, v, force=True)
+    return v
+
+
+@pytest.fixture
+def role_factory(conn, database_url):
+    made: list[str] = []
+
+    def make(sql_tail: str) -> tuple[str, str]:
+        name = f"r_{uuid.uuid4().hex[:10]}"
+        conn.execute(f'CREATE ROLE "{name}" {sql_tail}')
+        made.append(name)
+        return name, as_user(database_url, name)
+
+    yield make
+    for name in reversed(made):
+        conn.execute(f'DROP OWNED BY "{name}"')
+        conn.execute(f'DROP ROLE "{name}"')
+
+
+def _rows_seen(url: str, tenant: str) -> int:
+    with psycopg.connect(url) as c:
+        c.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        return c.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()[0]
+
+
+def test_tenant_grant_on_a_group_role_is_refused_so_its_members_are_never_believed_bound(
+    conn, database_url, tenanted, role_factory
+):
+    group, _ = role_factory("NOLOGIN IN ROLE toolkit_reader")
+    member, member_url = role_factory(f'LOGIN IN ROLE "{group}"')
+    result = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "grant", group, "acme"])
+    assert result.exit_code != 0 and "group role" in result.output and "Traceback" not in result.output
+    assert conn.execute("SELECT count(*) FROM toolkit.tenant_bindings").fetchone()[0] == 0
+    assert member  # the member is unbound, and nothing claims otherwise
+
+
+def test_tenant_grant_toolkit_reader_is_refused(conn, database_url, tenanted):
+    result = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "grant", "toolkit_reader", "acme"])
+    assert result.exit_code != 0 and "toolkit's roles" in result.output
+    assert conn.execute("SELECT count(*) FROM toolkit.tenant_bindings").fetchone()[0] == 0
+
+
+def test_a_bound_login_renamed_stays_bound(conn, database_url, tenanted, role_factory):
+    name, _ = role_factory("LOGIN IN ROLE toolkit_reader")
+    conn.execute("SELECT toolkit.bind_tenants(%s, ARRAY['acme'])", (name,))
+    renamed = name + "_2"
+    conn.execute(f'ALTER ROLE "{name}" RENAME TO "{renamed}"')
+    url = as_user(database_url, renamed)
+    try:
+        assert _rows_seen(url, "beta") == 0
+        assert _rows_seen(url, "acme") == 10
+        listed = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "list", "--format", "json"])
+        rows = json.loads(listed.stdout)
+        assert [(r["login"], r["tenant"], r["status"], r["bound_as"]) for r in rows] == [
+            (renamed, "acme", "bound", name)
+        ]
+    finally:
+        conn.execute(f'ALTER ROLE "{renamed}" RENAME TO "{name}"')
+
+
+def test_a_bound_login_later_granted_a_service_role_is_refused_at_query_time(conn, database_url, tenanted, role_factory):
+    name, url = role_factory("LOGIN IN ROLE toolkit_reader")
+    conn.execute("SELECT toolkit.bind_tenants(%s, ARRAY['acme'])", (name,))
+    for service in ("toolkit_writer", "toolkit_deployer"):
+        conn.execute(f'GRANT {service} TO "{name}"')
+        with psycopg.connect(url) as c:
+            c.execute("SELECT toolkit.set_tenant('beta')")
+            with pytest.raises(pg_errors.InsufficientPrivilege, match="bound to tenants but is now"):
+                c.execute(f"SELECT count(*) FROM toolkit.chunks_v{tenanted}").fetchone()
+        with psycopg.connect(url) as c, pytest.raises(pg_errors.InsufficientPrivilege, match="bound to tenants"):
+            c.execute("SELECT toolkit.set_tenant('acme')")
+            c.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()
+        listed = {r["login"]: r["status"] for r in json.loads(
+            CliRunner().invoke(main, ["--database-url", database_url, "tenant", "list", "--format", "json"]).stdout
+        )}
+        assert listed[name].startswith("refused at query time")
+        conn.execute(f'REVOKE {service} FROM "{name}"')
+    assert _rows_seen(url, "acme") == 10 and _rows_seen(url, "beta") == 0
+
+
+def test_bindings_restored_under_other_oids_fail_closed_until_relinked(conn, database_url, tenanted, role_factory):
+    """A dump restored into another cluster keeps the bindings' OIDs, which name other roles (or none) there."""
+    name, url = role_factory("LOGIN IN ROLE toolkit_reader")
+    conn.execute("SELECT toolkit.bind_tenants(%s, ARRAY['acme'])", (name,))
+    conn.execute("UPDATE toolkit.tenant_bindings SET login_oid = 4000000000")  # as restored elsewhere
+    with psycopg.connect(url) as c, pytest.raises(pg_errors.InsufficientPrivilege, match="relink"):
+        c.execute("SELECT toolkit.set_tenant('beta')")
+        c.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()
+    result = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "relink", "--format", "json"])
+    assert json.loads(result.stdout) == [{"login": name, "tenants": ["acme"], "status": "re-linked"}]
+    assert _rows_seen(url, "acme") == 10 and _rows_seen(url, "beta") == 0

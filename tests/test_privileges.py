@@ -124,6 +124,7 @@ WRITER = EVERYONE | {
     "version_evaluation_current",
     "canary_status",
     "query_log_status",
+    "_service_access",
 }
 DEPLOYER = EVERYONE | {
     "evaluate_version",

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL: list[str] = []
+INCREMENTAL: list[str] = ["007-roles-and-query-log-bounds.sql"]
 
 
 def upgrade() -> None:
@@ -27,4 +27,10 @@ def downgrade() -> None:
     connection = op.get_bind().connection.driver_connection
     # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
     # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).
-    restore_release(connection, "0004", replaced=[])
+    restore_release(
+        connection,
+        "0004",
+        replaced=[
+            "toolkit.list_tenant_bindings()",  # 0005 added status and bound_as
+        ],
+    )

@@ -88,7 +88,8 @@ toolkit.register_model,
 toolkit.version_status,
 toolkit.version_evaluation_current,
 toolkit.canary_status,
-toolkit.query_log_status
+toolkit.query_log_status,
+toolkit._service_access
 TO toolkit_writer;
 
 -- The deployer: verify (the evaluation is computed and recorded by SQL), canary, cutover, rollback, retire.

@@ -131,10 +131,22 @@ def tenant_revoke(login, tenants, everything) -> None:
 @tenant.command("list")
 @FORMAT_OPTION
 def tenant_list(output_format) -> None:
-    """Every binding: login, tenant, who granted it and when."""
+    """Every binding: login (its current name), tenant, whether it holds, who granted it and when, the name it was
+    bound under."""
     from toolkit.store.tenants import tenant_bindings
 
-    emit(in_database(tenant_bindings), output_format, ["login", "tenant", "granted_by", "granted_at"])
+    columns = ["login", "tenant", "status", "granted_by", "granted_at", "bound_as"]
+    emit(in_database(tenant_bindings), output_format, columns)
+
+
+@tenant.command("relink")
+@FORMAT_OPTION
+def tenant_relink(output_format) -> None:
+    """Re-link bindings to logins by the name they were bound under (after restoring into another cluster, where role
+    OIDs differ); until then such a login is refused, not unbound."""
+    from toolkit.store.tenants import relink_tenant_bindings
+
+    emit(in_database(relink_tenant_bindings), output_format, ["login", "tenants", "status"])
 
 
 commands = [canary, shadow, query_log, tenant]
