@@ -277,3 +277,121 @@ def test_bindings_restored_under_other_oids_fail_closed_until_relinked(conn, dat
     result = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "relink", "--format", "json"])
     assert json.loads(result.stdout) == [{"login": name, "tenants": ["acme"], "status": "re-linked"}]
     assert _rows_seen(url, "acme") == 10 and _rows_seen(url, "beta") == 0
+
+
+# -- 4. the query log has no size limit ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logging_on(conn, live):
+    conn.execute("SELECT * FROM toolkit.set_query_log(1.0)")
+    return live
+
+
+def _log(url: str, *args, tenant: str = "a"):
+    with psycopg.connect(url) as c:
+        c.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        return c.execute("SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)", args).fetchone()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (("q", "{active}", 5, Jsonb([{"doc_id": "x" * 70_000}]), 1.0, None), "65,536"),
+        (("q", "{active}", 5, Jsonb([]), 1.0, "k" * 5000), "request key"),
+        (("q", "{retired}", 5, Jsonb([]), 1.0, None), "serves no questions"),
+        (("q", 999, 5, Jsonb([]), 1.0, None), "serves no questions"),
+        (("q", "{active}", -5, Jsonb([]), 1.0, None), "k must be"),
+        (("q", "{active}", 5, Jsonb([]), float("nan"), None), "latency"),
+        (("q", "{active}", 5, Jsonb([]), float("inf"), None), "latency"),
+        (("q", "{active}", 5, Jsonb([]), -1.0, None), "latency"),
+        (("q", "{active}", 2, Jsonb([{}, {}, {}]), 1.0, None), "more than its k"),
+        (("q", "{active}", 5, Jsonb({"a": 1}), 1.0, None), "JSON array"),
+    ],
+    ids=["50MB-results", "huge-request-key", "retired-version", "unknown-version", "negative-k", "nan-latency",
+         "infinite-latency", "negative-latency", "more-results-than-k", "results-not-an-array"],
+)
+def test_reader_logging_junk_is_refused_and_nothing_is_stored(conn, logins, logging_on, args, refusal, make_model):
+    active, candidate = logging_on
+    retired = ready_version(conn, "m1", 8, {"a": 2}, chunker="fixed:30:0")
+    cutover.retire_version(conn, retired)
+    values = [a.format(active=active, retired=retired) if isinstance(a, str) and "{" in a else a for a in args]
+    values[1] = int(values[1])
+    with pytest.raises(psycopg.Error, match=refusal):
+        _log(logins["reader"][1], *values)
+    assert conn.execute("SELECT count(*) FROM toolkit.query_log").fetchone()[0] == 0
+
+
+def test_a_logged_question_is_cut_to_ten_thousand_characters(conn, logins, logging_on):
+    active, _ = logging_on
+    assert _log(logins["reader"][1], "x" * 50_000, active, 5, Jsonb([]), 1.0, "key")
+    assert conn.execute("SELECT length(question) FROM toolkit.query_log").fetchone()[0] == 10_000
+
+
+def test_reader_flooding_the_log_is_held_to_its_rate_per_login_and_counted(conn, logins, logging_on):
+    active, _ = logging_on
+    conn.execute("SELECT * FROM toolkit.set_query_log_bounds(NULL, 20)")
+    with psycopg.connect(logins["reader"][1], autocommit=True) as c:
+        c.execute("SET toolkit.tenant = 'a'")
+        logged = [
+            c.execute("SELECT toolkit.log_query(%s, %s, 5, '[]')", (f"q{i}", active)).fetchone()[0] for i in range(50)
+        ]
+    assert logged == [True] * 20 + [False] * 30
+    status = conn.execute("SELECT questions, skipped_over_rate FROM toolkit.query_log_status()").fetchone()
+    assert status == (20, 30)
+
+
+def test_the_row_cap_holds_and_pruning_runs_with_logging_off(conn, logins, logging_on, database_url):
+    active, _ = logging_on
+    conn.execute(
+        "INSERT INTO toolkit.query_log (tenant, question, version, model_alias, k, logged_at)"
+        " SELECT 'a', 'q' || i, %s, 'm1', 5, clock_timestamp() - make_interval(secs => i) FROM generate_series(1, 300) i",
+        (active,),
+    )
+    conn.execute(
+        "INSERT INTO toolkit.query_log (tenant, question, version, model_alias, k, logged_at)"
+        " SELECT 'a', 'old' || i, %s, 'm1', 5, clock_timestamp() - interval '90 days' FROM generate_series(1, 50) i",
+        (active,),
+    )
+    conn.execute("SELECT * FROM toolkit.set_query_log_bounds(100, NULL)")
+    conn.execute("SELECT * FROM toolkit.set_query_log(0)")  # logging off: log_query never prunes now
+    result = CliRunner().invoke(main, ["--database-url", logins["deployer"][1], "status", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    left = conn.execute("SELECT count(*), count(*) FILTER (WHERE question LIKE 'old%') FROM toolkit.query_log").fetchone()
+    assert left == (100, 0)
+    kept = conn.execute("SELECT min(question::text) FROM toolkit.query_log WHERE question ~ '^q[0-9]$'").fetchone()[0]
+    assert kept == "q1"  # the newest are kept
+
+
+def test_shadow_from_log_replays_a_capped_sample_of_what_a_reader_logged(conn, logins, logging_on):
+    from datetime import timedelta
+
+    from toolkit.shadow import questions_from_log
+
+    active, _ = logging_on
+    conn.execute("SELECT * FROM toolkit.set_query_log_bounds(NULL, 100000)")
+    with psycopg.connect(logins["reader"][1], autocommit=True) as c:
+        c.execute("SET toolkit.tenant = 'a'")
+        for i in range(300):
+            c.execute("SELECT toolkit.log_query(%s, %s, 5, '[]')", (f"junk {i}", active))
+    with connect(logins["deployer"][1]) as deployer:
+        first = {q.text for q in questions_from_log(deployer, timedelta(days=1), max_questions=25)}
+        second = {q.text for q in questions_from_log(deployer, timedelta(days=1), max_questions=25)}
+    assert len(first) == 25 and len(second) == 25
+    assert first != second  # a random sample (the same 25 of 300 twice: odds about 1e-37)
+
+
+def test_shadow_prints_a_logged_questions_terminal_escapes_escaped(conn, logins, logging_on):
+    active, candidate = logging_on
+    evil = "\x1b]0;PWNED-TITLE\x07 \u202eFAKE: gate passed, promote now"
+    with psycopg.connect(logins["reader"][1], autocommit=True) as c:
+        c.execute("SET toolkit.tenant = 'a'")
+        for question in (evil, "one", "two"):
+            c.execute("SELECT toolkit.log_query(%s, %s, 5, '[]')", (question, active))
+    result = CliRunner().invoke(
+        main, ["--database-url", logins["deployer"][1], "shadow", "--version", str(candidate), "--from-log"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "PWNED-TITLE" in result.output  # shown, escaped
+    assert "\x1b" not in result.output and "\u202e" not in result.output and "\x07" not in result.output
+    assert "\\x1b]0;PWNED-TITLE\\x07 \\u202eFAKE" in result.output

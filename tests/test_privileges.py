@@ -124,6 +124,7 @@ WRITER = EVERYONE | {
     "version_evaluation_current",
     "canary_status",
     "query_log_status",
+    "prune_query_log",
     "_service_access",
 }
 DEPLOYER = EVERYONE | {
@@ -140,6 +141,7 @@ DEPLOYER = EVERYONE | {
     "document_tenants",
     "logged_questions",
     "query_log_status",
+    "prune_query_log",
     "register_model",
     "_lock_holders",
     "_version_table",

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL: list[str] = ["007-roles-and-query-log-bounds.sql"]
+INCREMENTAL = ["007-roles-and-query-log-bounds.sql"]
 
 
 def upgrade() -> None:
@@ -32,5 +32,7 @@ def downgrade() -> None:
         "0004",
         replaced=[
             "toolkit.list_tenant_bindings()",  # 0005 added status and bound_as
+            "toolkit.query_log_status()",  # 0005 added the bounds and their counters
+            "toolkit.logged_questions(timestamptz, text)",  # 0005 added max_questions
         ],
     )

@@ -175,9 +175,9 @@ BEGIN
     BEGIN
         PERFORM set_config('lock_timeout', timeout, true);
         PERFORM FROM toolkit.versions AS v WHERE v.version = target FOR SHARE;
-        RAISE EXCEPTION 'released' USING ERRCODE = 'TK001';
+        RAISE EXCEPTION 'released' USING ERRCODE = 'TKW00';
     EXCEPTION
-        WHEN SQLSTATE 'TK001' THEN
+        WHEN SQLSTATE 'TKW00' THEN
             NULL;
         WHEN lock_not_available THEN
             RAISE EXCEPTION 'version % has changes to its rows that have not been committed for %: %', target, timeout,

@@ -252,11 +252,10 @@ BEGIN
         OR NOT toolkit.version_evaluation_current(target)) THEN
         RAISE EXCEPTION 'version % has no passing verification newer than its last change (state %)', target, v.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).',
-                  DETAIL = CASE WHEN passing_evaluation IS NULL
-                      THEN 'No passing verification was made after its rows last changed.'
-                      ELSE 'It passed a verification, but it was moved back to ready since (a rollback, or its rows '
-                          'changed): that verification no longer counts.' END;
+                  HINT = CASE WHEN passing_evaluation IS NOT NULL AND v.state = 'ready'
+                      THEN 'It passed one, but went back to ready since (a rollback): that one no longer counts. '
+                      ELSE '' END
+                      || 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).';
     END IF;
     PERFORM toolkit._require_valid_index(target);
 

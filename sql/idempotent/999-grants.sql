@@ -89,6 +89,7 @@ toolkit.version_status,
 toolkit.version_evaluation_current,
 toolkit.canary_status,
 toolkit.query_log_status,
+toolkit.prune_query_log,
 toolkit._service_access
 TO toolkit_writer;
 
@@ -111,6 +112,7 @@ toolkit.version_index_valid,
 toolkit.document_tenants,
 toolkit.logged_questions,
 toolkit.query_log_status,
+toolkit.prune_query_log,
 toolkit.register_model,
 toolkit._lock_holders,
 toolkit._version_table,

@@ -3,8 +3,8 @@
 -- downgrade to 0004 (which keeps these columns) applies it again.
 SET LOCAL ROLE toolkit_owner;
 
--- A binding names the role by OID; login keeps the name it had when bound (toolkit.relink_tenant_bindings()
--- re-links by it after a restore into another cluster, where OIDs differ).
+-- A binding names the role by OID; login keeps the name it had when bound (the owner's relink function
+-- re-links by it after a restore into another cluster, where OIDs differ: toolkit tenant relink).
 ALTER TABLE toolkit.tenant_bindings ADD COLUMN IF NOT EXISTS login_oid oid;
 UPDATE toolkit.tenant_bindings AS b SET login_oid = r.oid
 FROM pg_catalog.pg_roles AS r

@@ -138,14 +138,16 @@ def print_shadow(report, output_format: str) -> None:
         f"{report.top1_changed:.1%}."
     )
     emit([{"version": v, **figures} for v, figures in report.latency_ms.items()], "table")
+    from toolkit.shadow import printable  # questions come from any reader: escape control characters
+
     click.echo("Changed most:")
     for item in report.changed_most:
         click.echo(
-            f"  overlap {item.overlap:.2f}  [{item.tenant}] {item.question[:90]}\n"
-            f"      active {item.active_top or '-'}  candidate {item.candidate_top or '-'}"
+            f"  overlap {item.overlap:.2f}  [{printable(item.tenant)}] {printable(item.question[:90])}\n"
+            f"      active {printable(item.active_top or '-')}  candidate {printable(item.candidate_top or '-')}"
         )
     for failure in report.failed[:10]:
-        click.echo(f"  not replayed: {failure}", err=True)
+        click.echo(f"  not replayed: {printable(failure)}", err=True)
 
 
 def print_query_log(change, output_format: str) -> None:
@@ -155,6 +157,10 @@ def print_query_log(change, output_format: str) -> None:
     status = change.status
     state = "off" if status.sample_rate == 0 else f"on, logging {status.sample_rate:.0%} of questions"
     click.echo(f"Query log {state}; kept {status.retention}; {status.questions:,} questions logged.")
+    click.echo(
+        f"Bounds: at most {status.max_rows:,} questions kept and {status.max_per_minute:,} a minute per login "
+        f"({status.skipped_over_rate:,} skipped over the rate, {status.pruned_over_cap:,} pruned over the cap)."
+    )
     if change.pruned is not None:
         click.echo(f"Pruned {change.pruned:,} questions older than the retention.")
 

@@ -56,6 +56,13 @@ def canary(output_format, **options) -> None:
 @click.option(
     "-k", "k", type=Number(validation.RESULTS), default=5, show_default=True, help="Results compared per question."
 )
+@click.option(
+    "--max-questions",
+    type=click.IntRange(1, 100_000),
+    default=500,
+    show_default=True,
+    help="With --from-log: replay at most this many (a random sample; each is embedded by both models).",
+)
 @FORMAT_OPTION
 def shadow(queries_path, from_log, output_format, **options) -> None:
     """Replay questions on the active version and the candidate, each embedded with its own model and searched
