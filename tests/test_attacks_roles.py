@@ -395,3 +395,117 @@ def test_shadow_prints_a_logged_questions_terminal_escapes_escaped(conn, logins,
     assert "PWNED-TITLE" in result.output  # shown, escaped
     assert "\x1b" not in result.output and "\u202e" not in result.output and "\x07" not in result.output
     assert "\\x1b]0;PWNED-TITLE\\x07 \\u202eFAKE" in result.output
+
+
+# -- 2. the writer makes the deployer send its secret to the writer's server -------------------------------------
+
+
+@pytest.fixture
+def recording_server():
+    """A real HTTP server on 127.0.0.1 that records the Authorization header of every request (and answers 500)."""
+    import http.server
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - the http.server API
+            seen.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    server.shutdown()
+    server.server_close()
+
+
+SECRET = "ci-SECRET-deploy-token-42"
+
+
+def test_writer_cannot_register_a_model_pointing_at_its_server_with_the_deployers_key_variable(
+    conn, logins, recording_server
+):
+    url, seen = recording_server
+    attempts = [
+        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, base_url => %s,"
+         " options => '{\"api_key_env\": \"CI_DEPLOY_TOKEN\"}')", (url,)),
+        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, base_url => %s)", (url,)),
+        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, options => %s)",
+         (Jsonb({"base_url": url}),)),
+        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512,"
+         " options => '{\"api_key_env\": \"CI_DEPLOY_TOKEN\"}')", ()),
+    ]
+    for role in ("writer", "deployer"):
+        with psycopg.connect(logins[role][1]) as c:
+            for statement, params in attempts:
+                with pytest.raises(pg_errors.InsufficientPrivilege, match="only the owner"), c.transaction():
+                    c.execute(statement, params)
+    from toolkit.store.models import Model, insert_model
+
+    with connect(logins["writer"][1]) as writer, pytest.raises(InputError, match="Only the owner"):
+        insert_model(writer, Model("evil", "openai", "fake", 16, 512, base_url=url))
+    assert conn.execute("SELECT count(*) FROM toolkit.models").fetchone()[0] == 0
+    assert seen == []
+
+
+def test_a_process_never_sends_its_key_to_a_server_its_operator_did_not_approve(
+    conn, logins, recording_server, monkeypatch
+):
+    """Even a model the owner registered (or one registered before this release) cannot take a process's key
+    anywhere its own operator did not list in TOOLKIT_API_KEY_URLS."""
+    from toolkit.store.models import Model, embedder_for_model, get_model, insert_model
+
+    url, seen = recording_server
+    insert_model(conn, Model("evil", "openai", "fake", 16, 512, base_url=url, options={"api_key_env": "CI_DEPLOY_TOKEN"}))
+    insert_model(conn, Model("evil2", "openai", "fake", 16, 512, base_url=url))  # the default OPENAI_API_KEY
+    monkeypatch.setenv("CI_DEPLOY_TOKEN", SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.delenv("TOOLKIT_API_KEY_URLS", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with connect(logins["deployer"][1]) as deployer:
+        for alias, variable in (("evil", "CI_DEPLOY_TOKEN"), ("evil2", "OPENAI_API_KEY")):
+            with pytest.raises(InputError, match=f"{variable}.*TOOLKIT_API_KEY_URLS"):
+                embedder_for_model(get_model(deployer, alias)).embed_query("hello")
+        # an approval for another URL, or for another variable, approves nothing here
+        monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"CI_DEPLOY_TOKEN=http://127.0.0.1:1/v1 OTHER_KEY={url}")
+        with pytest.raises(InputError, match="CI_DEPLOY_TOKEN"):
+            embedder_for_model(get_model(deployer, "evil")).embed_query("hello")
+    assert [h for h in seen if h and SECRET in h] == [] and seen == []
+    # the operator's approval lets it through (the server then answers 500: the key did go, as approved)
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"CI_DEPLOY_TOKEN={url}")
+    from toolkit.errors import EmbeddingError
+
+    with connect(logins["deployer"][1]) as deployer, pytest.raises(EmbeddingError):
+        embedder = embedder_for_model(get_model(deployer, "evil"), max_retries=0)
+        embedder.embed_query("hello")
+    assert seen and all(h == f"Bearer {SECRET}" for h in seen)
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ([{"api_key": "sk-SECRET"}], "JSON object"),
+        ({"extra": {"api_key": "sk-SECRET"}}, "extra.api_key"),
+        ({"extra": [{"token": "sk-SECRET"}]}, "extra.token"),
+    ],
+    ids=["options-as-array", "nested-api-key", "key-in-a-nested-array"],
+)
+def test_a_secret_hidden_in_nested_options_or_options_not_an_object_is_refused_by_sql(conn, options, refusal):
+    with pytest.raises(pg_errors.CheckViolation, match=refusal), conn.transaction():
+        conn.execute(
+            "SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512, options => %s)", (Jsonb(options),)
+        )
+    assert conn.execute("SELECT count(*) FROM toolkit.models").fetchone()[0] == 0
+
+
+def test_documented_token_limits_are_not_taken_for_secrets(conn):
+    conn.execute(
+        "SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512,"
+        " options => '{\"max_batch_tokens\": 1000, \"max_input_tokens\": 512}')"
+    )

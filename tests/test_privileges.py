@@ -101,6 +101,8 @@ EVERYONE = {
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
+    "model_destination",
+    "model_destination_refused",
 }
 WRITER = EVERYONE | {
     "create_version",

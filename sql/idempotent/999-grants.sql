@@ -54,7 +54,9 @@ toolkit.query_lexemes,
 toolkit._any_lexeme,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
-toolkit.model_secrets
+toolkit.model_secrets,
+toolkit.model_destination,
+toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What an application needs of the registry to embed a question the way the chunks were embedded (it holds no
