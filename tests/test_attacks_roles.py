@@ -509,3 +509,37 @@ def test_documented_token_limits_are_not_taken_for_secrets(conn):
         "SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512,"
         " options => '{\"max_batch_tokens\": 1000, \"max_input_tokens\": 512}')"
     )
+
+
+# -- 8. a stopped --max-cost backfill's version keeps being embedded into by ingest at the model's price ----------
+
+
+def test_ingest_leaves_a_priced_building_versions_rows_to_its_backfill(conn, database_url, make_model, tmp_path):
+    from toolkit.backfill import backfill
+    from toolkit.ingest import ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nRow security policies filter rows per tenant.\n")
+    make_model("free", 16, model_name="16")
+    make_model("priced", 16, model_name="16", options={"seed": 7}, price_per_million_tokens=100.0)
+    ingest(conn, [docs], "acme")
+    free = backfill(database_url, "free", "recursive:100:0").version
+    stopped = backfill(database_url, "priced", "recursive:100:0", max_cost=0.0)
+    assert stopped.stopped == "max-cost" and stopped.state == "building"
+    (docs / "b.md").write_text("# B\n\nA second document about indexes and their upkeep.\n")
+    report = ingest(conn, [docs], "acme")
+    embedded = dict(
+        conn.execute(
+            f"SELECT 'free', count(*) FILTER (WHERE embedding IS NOT NULL) FROM toolkit.chunks_v{free}"
+            f" WHERE doc_id = 'b.md' UNION ALL SELECT 'priced', count(*) FILTER (WHERE embedding IS NOT NULL)"
+            f" FROM toolkit.chunks_v{stopped.version} WHERE doc_id = 'b.md'"
+        ).fetchall()
+    )
+    assert embedded["free"] > 0 and embedded["priced"] == 0
+    assert report.chunks_written[stopped.version] > 0  # its rows are there, waiting for the backfill
+    resumed = backfill(database_url, "priced", "recursive:100:0", max_cost=1.0, resume=True)
+    assert resumed.state == "ready"
+    assert conn.execute(
+        f"SELECT count(*) FROM toolkit.chunks_v{stopped.version} WHERE embedding IS NULL AND NOT is_parent"
+    ).fetchone()[0] == 0

@@ -127,6 +127,7 @@ WRITER = EVERYONE | {
     "canary_status",
     "query_log_status",
     "prune_query_log",
+    "embedding_deferred",
     "_service_access",
 }
 DEPLOYER = EVERYONE | {

@@ -330,6 +330,9 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
                     children += 1
                     if chunk.content_hash not in known:
                         missing.setdefault(chunk.content_hash, chunk)
+        if target.embedding_deferred:  # left without embeddings for the version's backfill (toolkit.embedding_deferred)
+            children -= sum(1 for _doc, chunks in chunked for c in chunks if not c.is_parent and c.content_hash in missing)
+            missing = {}
         if missing:
             chunks = list(missing.values())
             counts = target.embedder.count_chunk_tokens(chunks)
@@ -339,7 +342,7 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
         reused += children - len(missing)  # every other child takes a stored vector or one of this batch
         rows_by_version[target.version] = [
             chunk_row(
-                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], doc.pages
+                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known.get(chunk.content_hash), doc.pages
             )
             for doc, chunks in chunked
             for chunk in chunks

@@ -595,3 +595,22 @@ AS $$
     WHERE v.state = ANY (toolkit.version_states('live'))
     ORDER BY v.version
 $$;
+
+-- Whether ingest leaves a version's new rows without embeddings, for its backfill to embed: a building version of a
+-- priced model (a backfill stopped by --max-cost must not keep being embedded into, at the model's price, by every
+-- ingest; the backfill that resumes it embeds them under its own budget). Served versions are always embedded.
+-- Definer: reads the model's price, which an application may not read.
+CREATE OR REPLACE FUNCTION toolkit.embedding_deferred(target integer)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((
+        SELECT v.state = 'building' AND m.price_per_million_tokens > 0
+        FROM toolkit.versions AS v
+        INNER JOIN toolkit.models AS m ON v.model_alias = m.alias
+        WHERE v.version = target
+    ), false)
+$$;

@@ -92,6 +92,7 @@ toolkit.version_evaluation_current,
 toolkit.canary_status,
 toolkit.query_log_status,
 toolkit.prune_query_log,
+toolkit.embedding_deferred,
 toolkit._service_access
 TO toolkit_writer;
 

@@ -82,6 +82,8 @@ class LiveVersion:
     _embedder: object = None
 
     table_name: str = ""  # the version's table, quoted, as SQL names it (toolkit.live_versions().chunk_table)
+    # Ingest writes this version's new rows without embeddings, for its backfill (toolkit.embedding_deferred).
+    embedding_deferred: bool = False
 
     @property
     def table(self) -> sql.Composable:
@@ -123,12 +125,12 @@ def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
     """Every version that receives writes (``toolkit.live_versions()``: every state but retired), oldest first."""
     with conn.transaction():
         rows = conn.execute(
-            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, chunk_table"
-            " FROM toolkit.live_versions()"
+            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, chunk_table,"
+            " toolkit.embedding_deferred(version) FROM toolkit.live_versions()"
         ).fetchall()
     return [
-        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims, table_name=table)
-        for v, alias, spec, cv, storage, dims, table in rows
+        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims, table_name=table, embedding_deferred=deferred)
+        for v, alias, spec, cv, storage, dims, table, deferred in rows
     ]
 
 
