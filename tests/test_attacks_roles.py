@@ -543,3 +543,61 @@ def test_ingest_leaves_a_priced_building_versions_rows_to_its_backfill(conn, dat
     assert conn.execute(
         f"SELECT count(*) FROM toolkit.chunks_v{stopped.version} WHERE embedding IS NULL AND NOT is_parent"
     ).fetchone()[0] == 0
+
+
+# -- 3. a reader holding toolkit.live_chunks stalls backfills and every other live_chunks reader -----------------
+
+
+def test_a_reader_holding_live_chunks_does_not_queue_other_readers_behind_mark_version_ready(conn, logins, live):
+    from support import fill_version
+
+    candidate = versions.create_version(conn, "m1", "fixed:40:0", "fixed:40:0@1#9")
+    fill_version(conn, candidate, 8, {"a": 10}, seed=9)
+    versions.create_version_index(conn, candidate, maintenance_work_mem="64MB")
+    held, release = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def hold() -> None:  # a reader's transaction left open on the view (ACCESS SHARE) until told to end
+        with psycopg.connect(logins["reader"][1]) as holder:
+            holder.execute("SELECT 1 FROM toolkit.live_chunks LIMIT 0")
+            held.set()
+            release.wait(timeout=120)
+            holder.rollback()
+
+    def mark_ready() -> None:
+        try:
+            with connect(logins["writer"][1]) as writer:
+                versions.mark_version_ready(writer, candidate)
+            outcome.append(None)
+        except BaseException as error:  # reported below
+            outcome.append(error)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(timeout=30)
+    marker = threading.Thread(target=mark_ready)
+    marker.start()
+    try:
+        # the change is now trying for the view's lock (a request that would queue every new reader behind it)
+        deadline = time.monotonic() + 30
+        while not conn.execute(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE relation = 'toolkit.live_chunks'::regclass AND NOT granted)"
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline and marker.is_alive(), "mark_version_ready never asked for the lock"
+        waits = []
+        with psycopg.connect(logins["reader"][1], autocommit=True) as reader:
+            reader.execute("SET statement_timeout = '5s'")  # on a queue behind the change: fail, do not hang
+            reader.execute("SET toolkit.tenant = 'a'")
+            for _ in range(20):
+                began = time.perf_counter()
+                reader.execute("SELECT count(*) FROM toolkit.live_chunks").fetchone()
+                waits.append(time.perf_counter() - began)
+        assert max(waits) < 1.0, waits  # one lock_timeout (100 ms) at most
+        assert marker.is_alive() and not outcome  # still retrying: the holder has not let go
+    finally:
+        release.set()
+        holder.join(timeout=60)
+        marker.join(timeout=60)
+    assert outcome == [None]
+    assert _state(conn, candidate) == "ready"
+    assert str(candidate) in conn.execute("SELECT obj_description('toolkit.live_chunks'::regclass)").fetchone()[0]
