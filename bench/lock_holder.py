@@ -118,7 +118,9 @@ def main() -> None:
         admin = postgres.get_uri()
         with psycopg.connect(admin, autocommit=True) as c:
             c.execute("CREATE DATABASE lock_bench")
-        url = admin.rsplit("/", 1)[0] + "/lock_bench" if "?" not in admin else admin.replace("/postgres?", "/lock_bench?")
+        url = (
+            admin.rsplit("/", 1)[0] + "/lock_bench" if "?" not in admin else admin.replace("/postgres?", "/lock_bench?")
+        )
         migrate.upgrade(url)
         suffix = uuid.uuid4().hex[:6]
         results = []
@@ -132,7 +134,9 @@ def main() -> None:
             cutover.activate_version(conn, first, force=True)
             for i in range(args.trials):
                 results.append(
-                    trial(conn, url, as_user(url, f"reader_{suffix}"), as_user(url, f"writer_{suffix}"), args.hold, i + 2)
+                    trial(
+                        conn, url, as_user(url, f"reader_{suffix}"), as_user(url, f"writer_{suffix}"), args.hold, i + 2
+                    )
                 )
                 print(json.dumps(results[-1]))
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -10,7 +10,6 @@ import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -87,9 +86,7 @@ def test_writer_direct_update_of_a_chunk_table_makes_the_verification_stale_and_
     active, candidate = live
     assert _status(conn, candidate).evaluation_current is True
     with psycopg.connect(writer) as w:
-        updated = w.execute(
-            f"UPDATE toolkit.chunks_v{candidate} SET text = 'POISONED' WHERE tenant = 'a'"
-        ).rowcount
+        updated = w.execute(f"UPDATE toolkit.chunks_v{candidate} SET text = 'POISONED' WHERE tenant = 'a'").rowcount
     assert updated == 20
     assert _state(conn, candidate) == "ready"
     row = _status(conn, candidate)
@@ -119,7 +116,7 @@ def test_writer_insert_or_delete_in_a_verified_version_makes_it_stale(conn, logi
 
 def test_status_and_cutover_agree_after_a_rollback_issue_23(conn, logins, live):
     """Issue 23 item 3: after cutover then rollback, status said current where cutover refused."""
-    active, candidate = live
+    _, candidate = live
     cutover.activate_version(conn, candidate)
     assert _status(conn, candidate).evaluation_current is True
     cutover.rollback_version(conn)
@@ -215,7 +212,7 @@ def test_tenant_grant_on_a_group_role_is_refused_so_its_members_are_never_believ
     conn, database_url, tenanted, role_factory
 ):
     group, _ = role_factory("NOLOGIN IN ROLE toolkit_reader")
-    member, member_url = role_factory(f'LOGIN IN ROLE "{group}"')
+    member, _ = role_factory(f'LOGIN IN ROLE "{group}"')
     result = CliRunner().invoke(main, ["--database-url", database_url, "tenant", "grant", group, "acme"])
     assert result.exit_code != 0 and "group role" in result.output and "Traceback" not in result.output
     assert conn.execute("SELECT count(*) FROM toolkit.tenant_bindings").fetchone()[0] == 0
@@ -246,7 +243,9 @@ def test_a_bound_login_renamed_stays_bound(conn, database_url, tenanted, role_fa
         conn.execute(f'ALTER ROLE "{renamed}" RENAME TO "{name}"')
 
 
-def test_a_bound_login_later_granted_a_service_role_is_refused_at_query_time(conn, database_url, tenanted, role_factory):
+def test_a_bound_login_later_granted_a_service_role_is_refused_at_query_time(
+    conn, database_url, tenanted, role_factory
+):
     name, url = role_factory("LOGIN IN ROLE toolkit_reader")
     conn.execute("SELECT toolkit.bind_tenants(%s, ARRAY['acme'])", (name,))
     for service in ("toolkit_writer", "toolkit_deployer"):
@@ -258,9 +257,12 @@ def test_a_bound_login_later_granted_a_service_role_is_refused_at_query_time(con
         with psycopg.connect(url) as c, pytest.raises(pg_errors.InsufficientPrivilege, match="bound to tenants"):
             c.execute("SELECT toolkit.set_tenant('acme')")
             c.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()
-        listed = {r["login"]: r["status"] for r in json.loads(
-            CliRunner().invoke(main, ["--database-url", database_url, "tenant", "list", "--format", "json"]).stdout
-        )}
+        listed = {
+            r["login"]: r["status"]
+            for r in json.loads(
+                CliRunner().invoke(main, ["--database-url", database_url, "tenant", "list", "--format", "json"]).stdout
+            )
+        }
         assert listed[name].startswith("refused at query time")
         conn.execute(f'REVOKE {service} FROM "{name}"')
     assert _rows_seen(url, "acme") == 10 and _rows_seen(url, "beta") == 0
@@ -308,11 +310,21 @@ def _log(url: str, *args, tenant: str = "a"):
         (("q", "{active}", 2, Jsonb([{}, {}, {}]), 1.0, None), "more than its k"),
         (("q", "{active}", 5, Jsonb({"a": 1}), 1.0, None), "JSON array"),
     ],
-    ids=["50MB-results", "huge-request-key", "retired-version", "unknown-version", "negative-k", "nan-latency",
-         "infinite-latency", "negative-latency", "more-results-than-k", "results-not-an-array"],
+    ids=[
+        "50MB-results",
+        "huge-request-key",
+        "retired-version",
+        "unknown-version",
+        "negative-k",
+        "nan-latency",
+        "infinite-latency",
+        "negative-latency",
+        "more-results-than-k",
+        "results-not-an-array",
+    ],
 )
 def test_reader_logging_junk_is_refused_and_nothing_is_stored(conn, logins, logging_on, args, refusal, make_model):
-    active, candidate = logging_on
+    active, _ = logging_on
     retired = ready_version(conn, "m1", 8, {"a": 2}, chunker="fixed:30:0")
     cutover.retire_version(conn, retired)
     values = [a.format(active=active, retired=retired) if isinstance(a, str) and "{" in a else a for a in args]
@@ -345,7 +357,8 @@ def test_the_row_cap_holds_and_pruning_runs_with_logging_off(conn, logins, loggi
     active, _ = logging_on
     conn.execute(
         "INSERT INTO toolkit.query_log (tenant, question, version, model_alias, k, logged_at)"
-        " SELECT 'a', 'q' || i, %s, 'm1', 5, clock_timestamp() - make_interval(secs => i) FROM generate_series(1, 300) i",
+        " SELECT 'a', 'q' || i, %s, 'm1', 5, clock_timestamp() - make_interval(secs => i)"
+        " FROM generate_series(1, 300) AS i",
         (active,),
     )
     conn.execute(
@@ -357,7 +370,9 @@ def test_the_row_cap_holds_and_pruning_runs_with_logging_off(conn, logins, loggi
     conn.execute("SELECT * FROM toolkit.set_query_log(0)")  # logging off: log_query never prunes now
     result = CliRunner().invoke(main, ["--database-url", logins["deployer"][1], "status", "--format", "json"])
     assert result.exit_code == 0, result.output
-    left = conn.execute("SELECT count(*), count(*) FILTER (WHERE question LIKE 'old%') FROM toolkit.query_log").fetchone()
+    left = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE question LIKE 'old%') FROM toolkit.query_log"
+    ).fetchone()
     assert left == (100, 0)
     kept = conn.execute("SELECT min(question::text) FROM toolkit.query_log WHERE question ~ '^q[0-9]$'").fetchone()[0]
     assert kept == "q1"  # the newest are kept
@@ -408,7 +423,7 @@ def recording_server():
     seen: list[str | None] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - the http.server API
+        def do_POST(self):
             seen.append(self.headers.get("Authorization"))
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(500)
@@ -433,13 +448,21 @@ def test_writer_cannot_register_a_model_pointing_at_its_server_with_the_deployer
 ):
     url, seen = recording_server
     attempts = [
-        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, base_url => %s,"
-         " options => '{\"api_key_env\": \"CI_DEPLOY_TOKEN\"}')", (url,)),
+        (
+            "SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, base_url => %s,"
+            ' options => \'{"api_key_env": "CI_DEPLOY_TOKEN"}\')',
+            (url,),
+        ),
         ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, base_url => %s)", (url,)),
-        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, options => %s)",
-         (Jsonb({"base_url": url}),)),
-        ("SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512,"
-         " options => '{\"api_key_env\": \"CI_DEPLOY_TOKEN\"}')", ()),
+        (
+            "SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512, options => %s)",
+            (Jsonb({"base_url": url}),),
+        ),
+        (
+            "SELECT toolkit.register_model('evil', 'openai', 'fake', 16, 512,"
+            ' options => \'{"api_key_env": "CI_DEPLOY_TOKEN"}\')',
+            (),
+        ),
     ]
     for role in ("writer", "deployer"):
         with psycopg.connect(logins[role][1]) as c:
@@ -462,7 +485,9 @@ def test_a_process_never_sends_its_key_to_a_server_its_operator_did_not_approve(
     from toolkit.store.models import Model, embedder_for_model, get_model, insert_model
 
     url, seen = recording_server
-    insert_model(conn, Model("evil", "openai", "fake", 16, 512, base_url=url, options={"api_key_env": "CI_DEPLOY_TOKEN"}))
+    insert_model(
+        conn, Model("evil", "openai", "fake", 16, 512, base_url=url, options={"api_key_env": "CI_DEPLOY_TOKEN"})
+    )
     insert_model(conn, Model("evil2", "openai", "fake", 16, 512, base_url=url))  # the default OPENAI_API_KEY
     monkeypatch.setenv("CI_DEPLOY_TOKEN", SECRET)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
@@ -498,16 +523,14 @@ def test_a_process_never_sends_its_key_to_a_server_its_operator_did_not_approve(
 )
 def test_a_secret_hidden_in_nested_options_or_options_not_an_object_is_refused_by_sql(conn, options, refusal):
     with pytest.raises(pg_errors.CheckViolation, match=refusal), conn.transaction():
-        conn.execute(
-            "SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512, options => %s)", (Jsonb(options),)
-        )
+        conn.execute("SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512, options => %s)", (Jsonb(options),))
     assert conn.execute("SELECT count(*) FROM toolkit.models").fetchone()[0] == 0
 
 
 def test_documented_token_limits_are_not_taken_for_secrets(conn):
     conn.execute(
         "SELECT toolkit.register_model('k1', 'hashing', '16', 16, 512,"
-        " options => '{\"max_batch_tokens\": 1000, \"max_input_tokens\": 512}')"
+        ' options => \'{"max_batch_tokens": 1000, "max_input_tokens": 512}\')'
     )
 
 
@@ -540,9 +563,12 @@ def test_ingest_leaves_a_priced_building_versions_rows_to_its_backfill(conn, dat
     assert report.chunks_written[stopped.version] > 0  # its rows are there, waiting for the backfill
     resumed = backfill(database_url, "priced", "recursive:100:0", max_cost=1.0, resume=True)
     assert resumed.state == "ready"
-    assert conn.execute(
-        f"SELECT count(*) FROM toolkit.chunks_v{stopped.version} WHERE embedding IS NULL AND NOT is_parent"
-    ).fetchone()[0] == 0
+    assert (
+        conn.execute(
+            f"SELECT count(*) FROM toolkit.chunks_v{stopped.version} WHERE embedding IS NULL AND NOT is_parent"
+        ).fetchone()[0]
+        == 0
+    )
 
 
 # -- 3. a reader holding toolkit.live_chunks stalls backfills and every other live_chunks reader -----------------
@@ -601,3 +627,45 @@ def test_a_reader_holding_live_chunks_does_not_queue_other_readers_behind_mark_v
     assert outcome == [None]
     assert _state(conn, candidate) == "ready"
     assert str(candidate) in conn.execute("SELECT obj_description('toolkit.live_chunks'::regclass)").fetchone()[0]
+
+
+def test_a_failing_model_the_writer_registered_does_not_break_ingest_of_every_tenant(
+    conn, database_url, logins, make_model, tmp_path, monkeypatch
+):
+    """The writer registers (through SQL, skipping the probe) a model that cannot work in the ingest job's process
+    and creates a version of it: ingest goes on for every tenant, leaving that building version to its backfill."""
+    from toolkit.backfill import backfill
+    from toolkit.ingest import ingest
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nRow security policies filter rows per tenant.\n")
+    make_model("good", 16, model_name="16")
+    ingest(conn, [docs], "acme")
+    good = backfill(database_url, "good", "recursive:100:0").version
+    cutover.activate_version(conn, good, force=True)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with psycopg.connect(logins["writer"][1], autocommit=True) as w:
+        w.execute("SELECT toolkit.register_model('broken', 'openai', 'no-such-model', 16, 512)")
+        broken = w.execute(
+            "SELECT toolkit.create_version('broken', 'recursive:100:0', 'recursive:100:0@1')"
+        ).fetchone()[0]
+    (docs / "b.md").write_text("# B\n\nA second document about indexes and their upkeep.\n")
+    for tenant in ("acme", "beta"):
+        result = CliRunner().invoke(main, ["--database-url", database_url, "ingest", str(docs), "--tenant", tenant])
+        assert result.exit_code == 0, result.output
+        assert f"Version {broken} (building) was left to its backfill" in result.output
+    served = conn.execute(
+        f"SELECT count(DISTINCT (tenant, doc_id)) FROM toolkit.chunks_v{good} WHERE embedding IS NOT NULL"
+    ).fetchone()[0]
+    assert served == 4  # a.md and b.md for both tenants, in the active version
+    assert conn.execute(f"SELECT count(*) FROM toolkit.chunks_v{broken}").fetchone()[0] == 0
+    # a served version's failure is still raised: it must not silently miss documents
+    from toolkit.ingest import IngestReport, _usable
+    from toolkit.store.chunk_table import LiveVersion
+    from toolkit.store.models import get_model
+
+    served = LiveVersion(broken, get_model(conn, "broken"), "recursive:100:0", "recursive:100:0@1", "vector", 16)
+    with pytest.raises(InputError):
+        _usable(served, [served], IngestReport(tenant="acme"))

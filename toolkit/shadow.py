@@ -134,9 +134,9 @@ def printable(text: str) -> str:
     """``text`` safe to print to a terminal: control, format (bidirectional overrides) and separator characters are
     shown escaped (``\\x1b``, ``\\u202e``), since logged questions come from any reader."""
     return "".join(
-        ch if unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn") else ch.encode(
-            "unicode_escape"
-        ).decode("ascii")
+        ch
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+        else ch.encode("unicode_escape").decode("ascii")
         for ch in text
     )
 
