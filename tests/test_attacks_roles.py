@@ -109,6 +109,7 @@ def test_writer_direct_update_of_a_chunk_table_makes_the_verification_stale_and_
 )
 def test_writer_insert_or_delete_in_a_verified_version_makes_it_stale(conn, logins, live, statement):
     _, candidate = live
+    assert _status(conn, candidate).evaluation_current is True
     with psycopg.connect(logins["writer"][1]) as w:
         w.execute(statement.format(v=candidate))
     assert _status(conn, candidate).evaluation_current is False
