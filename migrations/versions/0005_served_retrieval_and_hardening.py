@@ -33,6 +33,6 @@ def downgrade() -> None:
         replaced=[
             "toolkit.list_tenant_bindings()",  # 0005 added status and bound_as
             "toolkit.query_log_status()",  # 0005 added the bounds and their counters
-            "toolkit.logged_questions(timestamptz, text)",  # 0005 added max_questions
+            "toolkit.logged_questions(timestamptz, text, integer)",  # 0005 added max_questions
         ],
     )
