@@ -300,7 +300,7 @@ def _log(url: str, *args, tenant: str = "a"):
 @pytest.mark.parametrize(
     ("args", "refusal"),
     [
-        (("q", "{active}", 5, Jsonb([{"doc_id": "x" * 70_000}]), 1.0, None), "65,536"),
+        (("q", "{active}", 5, Jsonb([{"doc_id": "x" * 50_000_000}]), 1.0, None), "4,096 bytes"),
         (("q", "{active}", 5, Jsonb([]), 1.0, "k" * 5000), "request key"),
         (("q", "{retired}", 5, Jsonb([]), 1.0, None), "serves no questions"),
         (("q", 999, 5, Jsonb([]), 1.0, None), "serves no questions"),
@@ -308,7 +308,7 @@ def _log(url: str, *args, tenant: str = "a"):
         (("q", "{active}", 5, Jsonb([]), float("nan"), None), "latency"),
         (("q", "{active}", 5, Jsonb([]), float("inf"), None), "latency"),
         (("q", "{active}", 5, Jsonb([]), -1.0, None), "latency"),
-        (("q", "{active}", 2, Jsonb([{}, {}, {}]), 1.0, None), "more than its k"),
+        (("q", "{active}", 2, Jsonb([{}] * 1001), 1.0, None), "at most 1000"),
         (("q", "{active}", 5, Jsonb({"a": 1}), 1.0, None), "JSON array"),
     ],
     ids=[
@@ -333,6 +333,21 @@ def test_reader_logging_junk_is_refused_and_nothing_is_stored(conn, logins, logg
     with pytest.raises(psycopg.Error, match=refusal):
         _log(logins["reader"][1], *values)
     assert conn.execute("SELECT count(*) FROM toolkit.query_log").fetchone()[0] == 0
+
+
+def test_a_logged_search_of_a_thousand_results_is_kept_to_64_kb_not_refused(conn, logins, logging_on):
+    active, _ = logging_on
+    results = [
+        {"doc_id": f"guide/chapter-{i:04d}.md", "start": i, "end": i + 400, "rank": i, "score": 0.5}
+        for i in range(1000)
+    ]
+    assert len(json.dumps(results)) > 80_000
+    assert _log(logins["reader"][1], "q", active, 1000, Jsonb(results), 1.0, None)
+    size, kept, first = conn.execute(
+        "SELECT octet_length(results::text), jsonb_array_length(results), results -> 0 ->> 'doc_id'"
+        " FROM toolkit.query_log"
+    ).fetchone()
+    assert size <= 65536 and 500 < kept < 1000 and first == "guide/chapter-0000.md"
 
 
 def test_a_logged_question_is_cut_to_ten_thousand_characters(conn, logins, logging_on):

@@ -116,8 +116,8 @@ $$;
 
 -- Logs one served question for the transaction's tenant when logging is on; the caller decides the sample
 -- (toolkit.query_log_sample_rate()). Every field is checked (a served version, k within search's bounds, results a
--- JSON array of at most k entries and 64 kB, a finite latency, a request key of at most 256 bytes; the question is
--- cut to 10,000 characters); a login past its rate per minute is skipped and counted, not refused; expired and
+-- JSON array of at most search_max_k() entries of at most 4 kB each, kept to the leading 64 kB, a finite latency, a
+-- request key of at most 256 bytes; the question is cut to 10,000 characters); a login past its rate per minute is skipped and counted, not refused; expired and
 -- over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged. Returns whether
 -- it was logged. results is [{doc_id, start, end, rank, score}].
 -- Definer: an application may append to the log but never read or change it.
@@ -150,14 +150,23 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM toolkit._check_k(k);
-    IF jsonb_array_length(results) > k THEN
-        RAISE EXCEPTION 'a logged query''s results hold % entries, more than its k (%)', jsonb_array_length(results), k
+    IF jsonb_array_length(results) > toolkit.search_max_k() THEN
+        RAISE EXCEPTION 'a logged query''s results hold % entries; a search returns at most %',
+            jsonb_array_length(results), toolkit.search_max_k()
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF octet_length(results::text) > 65536 THEN
-        RAISE EXCEPTION 'a logged query''s results take % bytes; at most 65,536 are kept',
-            octet_length(results::text)
+    IF EXISTS (SELECT FROM jsonb_array_elements(results) AS e WHERE octet_length(e.value::text) > 4096) THEN
+        RAISE EXCEPTION 'a logged query''s result entry takes more than 4,096 bytes'
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Log what was served: doc_id, start, end, rank, score.';
+    END IF;
+    -- A row holds at most 64 kB of results: the leading entries that fit (a legitimate k of 1,000 may not).
+    IF octet_length(results::text) > 65536 THEN
+        SELECT coalesce(jsonb_agg(x.value ORDER BY x.n), '[]') INTO results
+        FROM (
+            SELECT e.value, e.n, sum(octet_length(e.value::text) + 2) OVER (ORDER BY e.n) AS running
+            FROM jsonb_array_elements(results) WITH ORDINALITY AS e (value, n)
+        ) AS x
+        WHERE x.running <= 65000;
     END IF;
     IF latency_ms IS NOT NULL AND NOT (latency_ms >= 0 AND latency_ms <= 86400000) THEN
         RAISE EXCEPTION 'a logged query''s latency must be from 0 to 86,400,000 ms, not %', latency_ms
