@@ -685,3 +685,14 @@ def test_a_failing_model_the_writer_registered_does_not_break_ingest_of_every_te
     served = LiveVersion(broken, get_model(conn, "broken"), "recursive:100:0", "recursive:100:0@1", "vector", 16)
     with pytest.raises(InputError):
         _usable(served, [served], IngestReport(tenant="acme"))
+
+
+def test_query_log_bounds_are_set_by_the_owner_and_shown(conn, database_url, logins):
+    result = CliRunner().invoke(
+        main, ["--database-url", database_url, "query-log", "--max-rows", "5000", "--max-per-minute", "60"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "at most 5,000 questions kept and 60 a minute per login" in result.output
+    refused = CliRunner().invoke(main, ["--database-url", logins["deployer"][1], "query-log", "--max-rows", "10"])
+    assert refused.exit_code != 0 and "Traceback" not in refused.output
+    assert conn.execute("SELECT max_rows, max_per_minute FROM toolkit.query_log_settings").fetchone() == (5000, 60)

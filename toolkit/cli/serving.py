@@ -91,15 +91,31 @@ def shadow(queries_path, from_log, output_format, **options) -> None:
 )
 @click.option("--off", is_flag=True, help="Stop logging (the same as --sample-rate 0).")
 @click.option("--prune", is_flag=True, help="Delete the questions older than the retention now.")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(1, 1_000_000_000),
+    help="Keep at most this many questions (the oldest beyond are pruned; default 1,000,000).",
+)
+@click.option(
+    "--max-per-minute",
+    type=click.IntRange(1, 1_000_000),
+    help="Log at most this many questions a minute per login (the rest are skipped and counted; default 600).",
+)
 @FORMAT_OPTION
-def query_log(output_format, **options) -> None:
+def query_log(output_format, max_rows, max_per_minute, **options) -> None:
     """The query log holds users' questions (personal data): it is off until turned on, tenant-scoped, and pruned
     after the retention period. `toolkit shadow --from-log` replays it; `toolkit search` and the library's
     `search()` log a share of the questions they serve. Changing it needs the owner role (the DBA).
     """
     from toolkit.serving import configure_query_log
+    from toolkit.store.query_log import set_query_log_bounds
 
-    _render.print_query_log(in_database(configure_query_log, **options), output_format)
+    def configure(conn, **settings):
+        if max_rows is not None or max_per_minute is not None:
+            set_query_log_bounds(conn, max_rows, max_per_minute)
+        return configure_query_log(conn, **settings)
+
+    _render.print_query_log(in_database(configure, **options), output_format)
 
 
 @click.group(short_help="Bind logins to tenants: a bound login sees only its tenants.")
