@@ -387,7 +387,8 @@ def decode_embeddings(items: list, *, source: str) -> np.ndarray:
     return array.astype(np.float32)
 
 
-# Where each key variable may be sent besides what TOOLKIT_API_KEY_URLS approves: OpenAI's key to OpenAI.
+# Where every key variable may be sent besides what TOOLKIT_API_KEY_URLS approves: OpenAI's own API (a model may
+# name its own OpenAI key with api_key_env, which only the owner may register).
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_URLS_ENV = "TOOLKIT_API_KEY_URLS"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -407,11 +408,11 @@ def _url_parts(url: str) -> tuple[str, str, int | None, str] | None:
 
 
 def approved_key_urls(environ=None) -> dict[str, list[str]]:
-    """The URLs each key variable may be sent to: OPENAI_API_KEY to OpenAI, and what ``TOOLKIT_API_KEY_URLS`` lists
+    """The URLs each key variable may be sent to besides OpenAI's own API: what ``TOOLKIT_API_KEY_URLS`` lists
     (``VARIABLE=URL[,URL...]`` entries separated by spaces, semicolons or new lines), set by the operator of this
     process. A URL covers the paths below it."""
     environ = os.environ if environ is None else environ
-    approved: dict[str, list[str]] = {DEFAULT_API_KEY_ENV: [DEFAULT_BASE_URL]}
+    approved: dict[str, list[str]] = {}
     for entry in re.split(r"[\s;]+", environ.get(KEY_URLS_ENV, "").strip()):
         if not entry:
             continue
@@ -432,7 +433,7 @@ def check_key_destination(variable: str, url: str, environ=None) -> None:
     (``approved_key_urls``): a model's server and key variable come from the registry, which another role may have
     written; the key is this process's."""
     target = _url_parts(url)
-    for approved in approved_key_urls(environ).get(variable, []):
+    for approved in [DEFAULT_BASE_URL, *approved_key_urls(environ).get(variable, [])]:
         allowed = _url_parts(approved)
         if (
             target
