@@ -174,7 +174,8 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce((
-        SELECT v.state IN ('verified', 'active', 'standby') AND toolkit._passing_evaluation(v.version) IS NOT NULL
+        SELECT v.state = ANY (toolkit.version_states('verification-counts'))
+            AND toolkit._passing_evaluation(v.version) IS NOT NULL
         FROM toolkit.versions AS v WHERE v.version = target
     ), false)
 $$;
