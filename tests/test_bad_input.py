@@ -590,6 +590,7 @@ def test_an_embedding_server_answering_nonsense_stores_nothing(
     if not _documented(fault):
         pytest.skip(f"tests/fault_server.py documents no {sorted(fault)} mode yet (added on the throughput branch)")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"OPENAI_API_KEY={fault_server_process.url}")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(5):

@@ -112,6 +112,8 @@ EVERYONE = {
     "_live_version_table",
     "version_documents",
     "version_chunks",
+    "model_destination",
+    "model_destination_refused",
 }
 WRITER = EVERYONE | {
     "delete_documents",
@@ -133,8 +135,12 @@ WRITER = EVERYONE | {
     "_version_table",
     "register_model",
     "version_status",
+    "version_evaluation_current",
     "canary_status",
     "query_log_status",
+    "prune_query_log",
+    "embedding_deferred",
+    "_service_access",
 }
 DEPLOYER = EVERYONE | {
     "erase_tenant",
@@ -146,10 +152,12 @@ DEPLOYER = EVERYONE | {
     "set_canary",
     "canary_status",
     "version_status",
+    "version_evaluation_current",
     "version_index_valid",
     "document_tenants",
     "logged_questions",
     "query_log_status",
+    "prune_query_log",
     "register_model",
     "_lock_holders",
     "_version_table",

@@ -171,6 +171,8 @@ BEGIN
         RAISE EXCEPTION 'the tenant whose documents the queries are about must be given'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A change of its rows not yet committed would be neither seen nor newer than this verification: wait for it.
+    PERFORM toolkit._await_version_changes(candidate);
     SELECT v.content_changed_at INTO changed_before FROM toolkit.versions AS v WHERE v.version = candidate;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'version % does not exist', candidate

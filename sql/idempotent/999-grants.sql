@@ -59,7 +59,9 @@ toolkit.query_lexemes,
 toolkit._any_lexeme,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
-toolkit.model_secrets
+toolkit.model_secrets,
+toolkit.model_destination,
+toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- search_passages cuts a passage's text from its document (row-level security and access labels apply).
@@ -96,8 +98,12 @@ toolkit._lock_holders,
 toolkit._version_table,
 toolkit.register_model,
 toolkit.version_status,
+toolkit.version_evaluation_current,
 toolkit.canary_status,
-toolkit.query_log_status
+toolkit.query_log_status,
+toolkit.prune_query_log,
+toolkit.embedding_deferred,
+toolkit._service_access
 TO toolkit_writer;
 -- Deleting documents at a user's request (documents, chunks in every live version, their logged questions; audited).
 GRANT EXECUTE ON FUNCTION toolkit.delete_documents TO toolkit_writer;
@@ -116,10 +122,12 @@ toolkit.retire_candidates,
 toolkit.set_canary,
 toolkit.canary_status,
 toolkit.version_status,
+toolkit.version_evaluation_current,
 toolkit.version_index_valid,
 toolkit.document_tenants,
 toolkit.logged_questions,
 toolkit.query_log_status,
+toolkit.prune_query_log,
 toolkit.register_model,
 toolkit._lock_holders,
 toolkit._version_table,

@@ -153,6 +153,10 @@ def print_query_log(change, output_format: str) -> None:
     status = change.status
     state = "off" if status.sample_rate == 0 else f"on, logging {status.sample_rate:.0%} of questions"
     say(f"Query log {state}; kept {status.retention}; {status.questions:,} questions logged.")
+    say(
+        f"Bounds: at most {status.max_rows:,} questions kept and {status.max_per_minute:,} a minute per login "
+        f"({status.skipped_over_rate:,} skipped over the rate, {status.pruned_over_cap:,} pruned over the cap)."
+    )
     if change.pruned is not None:
         say(f"Pruned {change.pruned:,} questions older than the retention.")
 

@@ -52,6 +52,8 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format, limits) -> None
         _render.say_ingest_interrupted()
         sys.exit(130)
     _render.print_ingest(report, output_format)
+    for version, reason in sorted(report.deferred.items()):
+        click.echo(f"Version {version} (building) was left to its backfill: its model failed here ({reason})", err=True)
     if report.failed:
         sys.exit(1)
 
