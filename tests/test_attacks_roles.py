@@ -53,7 +53,12 @@ def logins(conn, database_url):
 
 def _passing(conn, version: int) -> None:
     """Records a passing evaluation as SQL's verification would (only the owner may call this directly)."""
-    conn.execute("SELECT toolkit._record_evaluation(%s, 'test', 1, 1, '{}', true)", (version,))
+    # As evaluate_version records one: with the retrieval it measured (the served one).
+    conn.execute(
+        "SELECT toolkit._record_evaluation(%s, 'test', 1, 1, '{}', true, NULL,"
+        " jsonb_build_object('retrieval', toolkit.served_retrieval()))",
+        (version,),
+    )
 
 
 @pytest.fixture

@@ -331,6 +331,8 @@ def test_the_wrong_dimension_message_names_the_answer_under_two_workers(database
         (corpus / f"doc{i}.md").write_text(f"# Topic {i}\n\nMore text from document {i}, on rule {i}.\n")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     server = FaultServer(dims=16)
+    # This process's operator approves the local server for the key (TOOLKIT_API_KEY_URLS, docs/security.md).
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"OPENAI_API_KEY={server.url}")
     try:
         added = cli(
             database_url,

@@ -306,7 +306,7 @@ def _some_column(conn, name: str) -> str:
         ({"api_key": "sk-SECRET"}, None),
         ({"openai_api_key": "sk-SECRET"}, None),
         ({"password": "sk-SECRET"}, None),
-        ({"Auth-Token": "sk-SECRET"}, None),
+        ({"Auth_Token": "sk-SECRET"}, None),  # ("Auth-Token" is not an option name: refused before SQL sees it)
         ({}, "http://user:sk-SECRET@127.0.0.1:9/v1"),
         ({}, "http://127.0.0.1:9/v1?api_key=sk-SECRET"),
     ],
