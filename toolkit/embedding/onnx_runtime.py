@@ -310,6 +310,7 @@ class OnnxModel:
                 f"onnxruntime and tokenizers are needed for runtime={runtime}; {_INSTALL_HINT}."
             ) from error
         path = Path(location)
+        self.runtime = runtime
         self.file = prepare(path, runtime)
         settings = _json(path / "sentence_bert_config.json")
         config = _json(path / "config.json")
@@ -343,6 +344,11 @@ class OnnxModel:
     def embed(self, texts: list[str], batch_size: int, *, sort: bool = True) -> np.ndarray:
         """Mean- (or CLS-) pooled vectors, not normalized; texts sorted by length into batches (less padding)."""
         ids = self.encode_ids(texts)
+        if self.runtime == "onnx-int8":
+            # Dynamic quantization scales the activations of the whole input tensor at once: in a batch, a text's
+            # vector would depend on its neighbours and their padding (cosine 0.97 to itself alone). One text per
+            # run makes it a function of the text only, and costs nothing on a CPU (no padding at all).
+            batch_size = 1
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True) if sort else list(range(len(ids)))
         out = np.empty((len(ids), self.dimensions), dtype=np.float32)
         for start in range(0, len(order), batch_size):
