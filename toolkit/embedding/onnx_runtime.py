@@ -337,7 +337,14 @@ class OnnxModel:
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.inter_op_num_threads = 1
-        if threads:
+        self._pool = None
+        if runtime == "onnx-int8":
+            # One text per run (see embed): small products that several threads would mostly wait on. Each run gets
+            # one thread, and `threads` texts (default: the usable cores) run at once.
+            options.intra_op_num_threads = 1
+            usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+            self.parallel = threads or usable or 1
+        elif threads:
             options.intra_op_num_threads = threads
         try:
             self.session = onnxruntime.InferenceSession(str(self.file), options, providers=["CPUExecutionProvider"])
@@ -361,7 +368,7 @@ class OnnxModel:
             # Dynamic quantization scales the activations of the whole input tensor at once: in a batch, a text's
             # vector would depend on its neighbours and their padding (cosine 0.97 to itself alone). One text per
             # run makes it a function of the text only, and costs nothing on a CPU (no padding at all).
-            batch_size = 1
+            return self._embed_alone(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True) if sort else list(range(len(ids)))
         out = np.empty((len(ids), self.dimensions), dtype=np.float32)
         for start in range(0, len(order), batch_size):
@@ -375,6 +382,21 @@ class OnnxModel:
             (vectors,) = self.session.run(None, {"input_ids": input_ids, "attention_mask": mask})
             out[rows] = vectors
         return out
+
+    def _run_one(self, ids: list[int]) -> np.ndarray:
+        input_ids = np.asarray([ids], dtype=np.int64)
+        (vectors,) = self.session.run(None, {"input_ids": input_ids, "attention_mask": np.ones_like(input_ids)})
+        return vectors[0]
+
+    def _embed_alone(self, ids: list[list[int]]) -> np.ndarray:
+        """Each text in its own run, ``self.parallel`` runs at once (ONNX Runtime releases the GIL in a run)."""
+        if self.parallel <= 1 or len(ids) == 1:
+            return np.stack([self._run_one(row) for row in ids]).astype(np.float32, copy=False)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=self.parallel, thread_name_prefix="toolkit-onnx")
+        return np.stack(list(self._pool.map(self._run_one, ids))).astype(np.float32, copy=False)
 
 
 def _json(path: Path) -> dict:
