@@ -4,6 +4,7 @@ retrieval quality, measured to pick the default (docs/embedding.md, "Runtimes").
     .venv/bin/python bench/onnx.py speed [--out FILE]    # chunks/s, peak RSS: fresh processes, paired, median of 3
     .venv/bin/python bench/onnx.py quality [--out FILE]  # recall@5, span recall per runtime: sample, bench/data/plain
     .venv/bin/python bench/onnx.py cold [--out FILE]     # the first query of a fresh process: seconds, peak RSS
+    .venv/bin/python bench/onnx.py search [--out FILE]   # a cold `toolkit search` per runtime: seconds, peak RSS
 
 speed: each run is a fresh Python process that loads the runtime, embeds the same texts (the ~1000 METADATA
 paragraphs of bench/embedding.py) once to warm up on 16 of them, then all of them once; the runtimes take turns in
@@ -250,13 +251,79 @@ def cold(repeats: int) -> str:
     return "\n".join(lines)
 
 
+# Runs one command and prints its peak RSS (kB): RUSAGE_CHILDREN of a process with that one child.
+MEASURE = (
+    "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
+
+
+def cold_search(repeats: int) -> str:
+    """A cold `toolkit search --version N` per runtime, N a version of that runtime's model, on a throwaway
+    embedded PostgreSQL holding 8 sample documents: wall time and peak RSS of the whole command."""
+    import shutil
+    import tempfile
+
+    from toolkit import backfill
+    from toolkit.db import connection, migrate, server
+    from toolkit.evaluation.queries import SAMPLE_DOCS
+    from toolkit.ingest import ingest
+    from toolkit.store.models import register_model
+
+    directory = Path(tempfile.mkdtemp(prefix="bench-onnx-search-"))
+    directory.chmod(0o755)
+    corpus = directory / "docs"
+    corpus.mkdir()
+    for path in sorted(SAMPLE_DOCS.rglob("*.md"))[:8]:
+        shutil.copy(path, corpus / path.name)
+    results: dict[str, list[tuple[float, float]]] = {runtime: [] for runtime in RUNTIMES}
+    try:
+        db = server.start_embedded(directory / "pg")
+        migrate.upgrade(db.url)
+        with connection.connect(db.url, autocommit=True) as conn:
+            for runtime in RUNTIMES:
+                register_model(conn, runtime, "sentence-transformers", "all-MiniLM-L6-v2", options={"runtime": runtime})
+            ingest(conn, [corpus], "bench")
+        versions = {runtime: backfill.backfill(db.url, runtime, "recursive:128:64").version for runtime in RUNTIMES}
+        toolkit = str(Path(sys.executable).with_name("toolkit"))
+        for round_ in range(repeats):
+            for runtime in RUNTIMES[round_ % 3 :] + RUNTIMES[: round_ % 3]:
+                command = [toolkit, "--database-url", db.url, "search", "how do I configure the server?"]
+                command += ["--tenant", "bench", "--version", str(versions[runtime])]
+                started = time.perf_counter()
+                done = subprocess.run([sys.executable, "-c", MEASURE, *command], capture_output=True, text=True)
+                seconds = time.perf_counter() - started
+                if done.returncode:
+                    raise SystemExit(f"toolkit search failed:\n{done.stderr[-2000:]}")
+                results[runtime].append((seconds, int(done.stdout.split()[-1]) / 1024))
+                print(runtime, results[runtime][-1], flush=True)
+    finally:
+        server.stop_embedded(directory / "pg")
+        shutil.rmtree(directory, ignore_errors=True)
+    lines = [
+        "### Cold `toolkit search`",
+        "",
+        f"Command: `.venv/bin/python bench/onnx.py search` ({time.strftime('%Y-%m-%d')}): `toolkit search "
+        "--version N` in a fresh process, N a version of a model registered with that runtime (8 sample documents, "
+        f"throwaway embedded PostgreSQL); median of {repeats}, load {os.getloadavg()[0]:.1f}.",
+        "",
+        "| runtime | seconds | peak RSS (MB) |",
+        "| --- | ---: | ---: |",
+    ]
+    for runtime, runs in results.items():
+        seconds, peak = statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+        lines.append(f"| `{runtime}` | {seconds:.2f} | {peak:.0f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         runtime, threads, limit, sort = sys.argv[2:6]
         child(runtime, int(threads) or None, int(limit), sort == "1")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["speed", "quality", "cold"])
+    parser.add_argument("what", choices=["speed", "quality", "cold", "search"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--limit", type=int, default=1000, help="paragraphs embedded per run (speed)")
     parser.add_argument("--out", help="also write the table (markdown) to this file, for docs/benchmarks.md")
@@ -265,8 +332,10 @@ def main() -> None:
         text = speed(args.repeats, args.limit)
     elif args.what == "quality":
         text = quality()
-    else:
+    elif args.what == "cold":
         text = cold(args.repeats)
+    else:
+        text = cold_search(args.repeats)
     print()
     print(text)
     if args.out:
