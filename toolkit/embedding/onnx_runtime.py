@@ -5,8 +5,8 @@ Runtimes of a ``sentence-transformers`` model (the ``runtime`` option, part of a
 
 - ``onnx`` (the default for the bundled all-MiniLM-L6-v2 and any local directory of a supported layout): the
   model exported to ONNX and run by ONNX Runtime in fp32. Its vectors equal torch's (1 - cos below 1e-6).
-- ``onnx-int8``: the same graph with its weights dynamically quantized to int8 (``quantize_dynamic``), about 1.4x
-  as fast as fp32 on a CPU, a different model: its vectors are close, not equal, so its revision says so.
+- ``onnx-int8``: the same graph with its weights dynamically quantized to int8 (``quantize_dynamic``), about 1.8x
+  as fast as fp32 per CPU-second, a different model: its vectors are close, not equal, so its revision says so.
 - ``torch``: sentence-transformers on torch, the reference.
 
 The export runs once per model (torch and transformers are imported then, never at inference) into
