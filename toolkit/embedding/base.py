@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -188,13 +189,42 @@ def parse_model_ref(ref: str) -> tuple[str, str | None]:
     return provider, (name or None)
 
 
+_REF_OPTION = re.compile(r"^([a-z][a-z0-9_]*)=(.*)$")
+
+
+def split_ref_options(ref: str) -> tuple[str, dict]:
+    """Split trailing ``:key=value`` options off a model reference.
+
+    >>> split_ref_options("sentence-transformers:all-MiniLM-L6-v2:runtime=onnx-int8")
+    ('sentence-transformers:all-MiniLM-L6-v2', {'runtime': 'onnx-int8'})
+    """
+    if not isinstance(ref, str):
+        return ref, {}
+    parts = ref.split(":")
+    pairs = []
+    while len(parts) > 2 and _REF_OPTION.match(parts[-1].strip()):
+        pairs.insert(0, parts.pop().strip())
+    if not pairs:
+        return ref, {}
+    from toolkit.store.models import parse_options  # one reading of KEY=VALUE for --option and references
+
+    return ":".join(parts), parse_options(pairs)
+
+
 def get_embedder(ref: str | None = None, **options) -> Embedder:
     """Build the embedder for ``provider:name``; with no ref, the default local model (all-MiniLM-L6-v2).
 
+    Options may also be written into the reference, ``provider:name:key=value`` (e.g.
+    ``sentence-transformers:all-MiniLM-L6-v2:runtime=onnx-int8``), as ``toolkit eval --model`` takes it.
     The default is never the hashing embedder: if the local model is not installed this raises
     EmbeddingError saying what to install.
     """
-    provider, name = parse_model_ref(DEFAULT_MODEL_REF if ref is None else ref)
+    ref, written = split_ref_options(DEFAULT_MODEL_REF if ref is None else ref)
+    for key, value in written.items():
+        if key in options and options[key] != value:
+            raise InputError(f"The option {key} is given twice, as {value!r} in {ref!r} and as {options[key]!r}.")
+        options[key] = value
+    provider, name = parse_model_ref(ref)
     if provider == "openai":
         from toolkit.embedding.openai import OpenAIEmbedder
 

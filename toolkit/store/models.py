@@ -202,6 +202,16 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
     return embedder
 
 
+def _with_runtime(options: dict | None, embedder) -> dict:
+    """The options to store: a local model's runtime is recorded even when it was the default, so that a later
+    change of default never changes the runtime (and so the vectors) of a registered model."""
+    stored = dict(options or {})
+    runtime = getattr(embedder, "runtime", None)
+    if runtime and "runtime" not in stored:
+        stored["runtime"] = runtime
+    return stored
+
+
 def register_model(
     conn: psycopg.Connection,
     alias: str,
@@ -260,7 +270,7 @@ def register_model(
         supports_shortening=supports_shortening,
         price_per_million_tokens=price_per_million_tokens,
         base_url=base_url,
-        options={k: v for k, v in (options or {}).items()},
+        options=_with_runtime(options, embedder),
     )
     insert_model(conn, model)
     return model
