@@ -31,7 +31,10 @@ def missing_privileges(conn, *, current: str | None) -> list[str]:
             " WHERE name = 'vector'"
         ).fetchone()[0]
         if not trusted:
-            missing.append(f'a superuser must first run CREATE EXTENSION vector; in database "{database}"')
+            missing.append(
+                "the vector extension, which only a superuser can create: "
+                f'CREATE EXTENSION vector; in database "{database}"'
+            )
     if installing and not conn.execute("SELECT has_database_privilege(current_database(), 'CREATE')").fetchone()[0]:
         missing.append(f'the CREATE privilege on database "{database}" (GRANT CREATE ON DATABASE ... TO {me})')
     existing = {
@@ -42,16 +45,22 @@ def missing_privileges(conn, *, current: str | None) -> list[str]:
     }
     absent = [role for role in ROLES if role not in existing]
     if absent and not createrole:
-        missing.append(f"CREATEROLE, or a superuser creates the roles first: CREATE ROLE {' NOLOGIN; CREATE ROLE '.join(absent)} NOLOGIN;")
-    member = "toolkit_owner" in existing and conn.execute(
-        "SELECT pg_has_role(current_user, 'toolkit_owner', 'MEMBER')"
-    ).fetchone()[0]
+        statements = " ".join(f"CREATE ROLE {role} NOLOGIN;" for role in absent)
+        missing.append(f"CREATEROLE, or the roles created by a superuser: {statements}")
+    member = (
+        "toolkit_owner" in existing
+        and conn.execute("SELECT pg_has_role(current_user, 'toolkit_owner', 'MEMBER')").fetchone()[0]
+    )
     if installing and "toolkit_owner" in existing:
         # The first revision runs GRANT toolkit_owner TO current_user: on 16+ that needs ADMIN OPTION on it, on 15
         # CREATEROLE is enough.
-        admin = conn.execute("SELECT pg_has_role(current_user, 'toolkit_owner', 'USAGE WITH ADMIN OPTION')").fetchone()[0]
+        admin = conn.execute("SELECT pg_has_role(current_user, 'toolkit_owner', 'USAGE WITH ADMIN OPTION')").fetchone()[
+            0
+        ]
         if not admin and (version_num >= 160000 or not createrole):
-            missing.append(f"ADMIN OPTION on toolkit_owner: a superuser runs GRANT toolkit_owner TO {me} WITH ADMIN OPTION;")
+            missing.append(
+                f"ADMIN OPTION on toolkit_owner: a superuser runs GRANT toolkit_owner TO {me} WITH ADMIN OPTION;"
+            )
     elif not installing and not member:
         missing.append(f"membership in toolkit_owner, which owns schema toolkit: GRANT toolkit_owner TO {me};")
     return missing
@@ -65,7 +74,7 @@ def preflight(conn, *, current: str | None) -> None:
     if missing:
         me = conn.execute("SELECT current_user").fetchone()[0]
         raise CommandError(
-            f"The migration was not started: the role {me} is not a superuser and lacks "
-            + "; and ".join(missing).rstrip(";")
+            f"The migration was not started: the role {me} is not a superuser, and it needs "
+            + "; ".join(f"({n}) {item.rstrip(';')}" for n, item in enumerate(missing, 1))
             + ". Nothing was changed; see docs/operations.md (Migrating without a superuser)."
         )
