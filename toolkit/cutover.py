@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -84,10 +84,83 @@ def rollback_version(
     return _swap(conn, "SELECT toolkit.rollback_version(%s)", (reason,), lock_timeout_ms, attempts)
 
 
-def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None) -> int:
-    """Drops a non-active version's table; its registry row and audit trail stay."""
+def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None, force: bool = False) -> int:
+    """Drops a non-active version's table; its registry row and audit trail stay. The rollback target inside the
+    rollback window needs ``force`` (SQL refuses it otherwise)."""
     table = version_table(conn, version).as_string(conn)
-    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5, (*_SWAPPED, table))
+    return _swap(
+        conn, "SELECT toolkit.retire_version(%s, %s, %s)", (version, reason, force), 1000, 5, (*_SWAPPED, table)
+    )
+
+
+def retire_refusal(conn: psycopg.Connection, version: int, *, force: bool = False) -> str | None:
+    """Why ``retire_version`` would refuse ``version`` now (SQL's own rule, ``toolkit.retire_refusal``), or None."""
+    with conn.transaction():
+        row = conn.execute("SELECT message, hint FROM toolkit.retire_refusal(%s, %s)", (version, force)).fetchone()
+    if row is None:
+        return None
+    return f"{row[0][0].upper()}{row[0][1:]}. {row[1]}"
+
+
+def rollback_window(conn: psycopg.Connection) -> timedelta:
+    """The rollback window (``toolkit.settings``): how long the version a cutover replaced is kept from retire."""
+    with conn.transaction():
+        return conn.execute("SELECT toolkit.rollback_window()").fetchone()[0]
+
+
+def set_rollback_window(conn: psycopg.Connection, window: timedelta) -> timedelta:
+    """Sets the rollback window; only the owner role (the DBA) may."""
+    with translate_errors(), conn.transaction():
+        return conn.execute("SELECT toolkit.set_rollback_window(%s)", (window,)).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class ProtectedStandby:
+    """The rollback target that retire keeps (unless forced) until the rollback window ends for it."""
+
+    version: int
+    standby_since: datetime
+    protected_until: datetime
+
+
+def protected_standby(conn: psycopg.Connection) -> ProtectedStandby | None:
+    with conn.transaction():
+        row = conn.execute("SELECT * FROM toolkit.protected_standby()").fetchone()
+    return ProtectedStandby(*row) if row else None
+
+
+@dataclass(frozen=True)
+class LaggingStandby:
+    """A standby streaming from this server that had not replayed, when retire looked, what was written before."""
+
+    standby: str
+    client: str
+    state: str | None
+    replay_lag: timedelta | None
+    known: bool  # False: the owner role may not read the replay position (no pg_read_all_stats)
+
+    def describe(self) -> str:
+        lag = f", replay lag {self.replay_lag}" if self.replay_lag else ""
+        seen = "" if self.known else " (its replay position cannot be read: grant pg_read_all_stats to toolkit_owner)"
+        return f"standby {self.standby or '(unnamed)'} at {self.client} ({self.state or 'state unknown'}{lag}){seen}"
+
+
+def wait_for_standbys(conn: psycopg.Connection, timeout: float = 10.0) -> list[LaggingStandby]:
+    """Waits (up to ``timeout`` seconds) until every standby streaming from this server has replayed what was
+    written before this call: the last cutover among it, so the standby's readers have seen which version serves.
+    Returns the standbys still behind (empty: none, or no standby)."""
+    with conn.transaction():
+        position = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    deadline = time.monotonic() + timeout
+    while True:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT standby, client, state, replay_lag, caught_up FROM toolkit.standby_replay(%s)", (position,)
+            ).fetchall()
+        behind = [LaggingStandby(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows if not r[4]]
+        if not behind or all(not b.known for b in behind) or time.monotonic() > deadline:
+            return behind
+        time.sleep(0.05)  # polling the standbys' replay position, which no notification reports
 
 
 def resolve_version(
@@ -151,9 +224,10 @@ def parse_duration(text: str) -> timedelta:
 
 
 def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:
-    """Standby and abandoned (building/ready/verified) versions whose state is older than the window, as SQL decides
+    """Standby and abandoned building versions whose state is older than the window, as SQL decides
     (``toolkit.retire_candidates``): a building version whose rows were written within the window is a backfill
-    still running, and a canary candidate is serving; both are kept."""
+    still running, a canary candidate is serving, the rollback target inside the rollback window is kept, and
+    ready/verified versions (awaiting verification or cutover) are never chosen by age."""
     with translate_errors(), conn.transaction():
         return [tuple(r) for r in conn.execute("SELECT * FROM toolkit.retire_candidates(%s)", (older_than,))]
 

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL: list[str] = []
+INCREMENTAL: list[str] = ["008-operations-settings.sql"]
 
 
 def upgrade() -> None:
@@ -25,6 +25,15 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     connection = op.get_bind().connection.driver_connection
+    connection.execute("SET LOCAL ROLE toolkit_owner")
+    connection.execute("DROP TABLE IF EXISTS toolkit.settings")  # 008: the rollback window (a setting, no data)
+    connection.execute("RESET ROLE")
     # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
     # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).
-    restore_release(connection, "0004", replaced=[])
+    restore_release(
+        connection,
+        "0004",
+        replaced=[
+            "toolkit.retire_version(integer, text, boolean)",  # ops: gained force
+        ],
+    )

@@ -97,12 +97,45 @@ def print_rollback(done, output_format: str) -> None:
         )
 
 
-def print_retired(retired: list[int], dry_run: bool, output_format: str) -> None:
+def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept: list[dict] = ()) -> None:
     if output_format == "json":
-        click.echo(to_json({"retired": [] if dry_run else retired, "would_retire": retired if dry_run else []}))
+        click.echo(
+            to_json(
+                {
+                    "retired": [] if dry_run else retired,
+                    "would_retire": retired if dry_run else [],
+                    "kept": list(kept),
+                }
+            )
+        )
         return
     verb = "Would retire" if dry_run else "Retired"
     click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
+    for item in kept:
+        click.echo(
+            f"Kept: version {item['version']} ({item['reason']}; toolkit retire --version {item['version']} --force "
+            "--yes retires it now)."
+        )
+    if dry_run and retired:
+        click.echo("Nothing was dropped: run again with --yes to retire them.")
+
+
+def print_rollback_window(window, protected, *, changed: bool, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(
+            to_json(
+                {
+                    "rollback_window_seconds": round(window.total_seconds()),
+                    "protected_version": protected.version if protected else None,
+                    "protected_until": protected.protected_until.isoformat() if protected else None,
+                }
+            )
+        )
+        return
+    click.echo(f"The rollback window is {'now ' if changed else ''}{window}.")
+    if protected:
+        until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
+        click.echo(f"Version {protected.version} is the rollback target; retire keeps it until {until}.")
 
 
 # --- canary, shadow, query-log -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._context import settings as _settings
 from toolkit.cli._output import FORMAT_OPTION
+from toolkit.cli._params import Duration
 
 
 @click.group()
@@ -93,4 +94,24 @@ def status_command(output_format: str) -> None:
     _render.print_overview(in_database(overview), output_format)
 
 
-commands = [db, migrate, status_command]
+@click.command(name="rollback-window", short_help="Show or set how long retire keeps the rollback target.")
+@click.argument("duration", required=False, type=Duration())
+@FORMAT_OPTION
+def rollback_window_command(duration, output_format) -> None:
+    """Show the rollback window, or set it to DURATION (7d, 12h, 30m; 0 turns it off) as the owner role.
+
+    For that long after a cutover, the version it replaced (the rollback target) is kept: `toolkit retire` keeps
+    it, and retiring it needs --version N --force. The window is a setting of the database (toolkit.settings),
+    enforced by SQL.
+    """
+    from toolkit.cutover import parse_duration, protected_standby, rollback_window, set_rollback_window
+
+    def run(conn):
+        window = rollback_window(conn) if duration is None else set_rollback_window(conn, parse_duration(duration))
+        return window, protected_standby(conn)
+
+    window, protected = in_database(run)
+    _render.print_rollback_window(window, protected, changed=duration is not None, output_format=output_format)
+
+
+commands = [db, migrate, status_command, rollback_window_command]

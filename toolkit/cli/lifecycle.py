@@ -187,35 +187,91 @@ def rollback(reason, output_format) -> None:
     _render.print_rollback(in_database(roll_back, reason=reason), output_format)
 
 
-@click.command(short_help="Drop standby and abandoned versions past the rollback window.")
+@click.command(short_help="Drop standby and abandoned versions past the rollback window (dry run unless --yes).")
 @click.option(
-    "--older-than", type=Duration(), default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0."
+    "--older-than",
+    type=Duration(),
+    help="Drop standby and abandoned building versions older than this: 7d, 12h, 30m. Default: the rollback "
+    "window (toolkit rollback-window).",
 )
 @click.option(
     "--version",
     "version",
     type=Number(validation.VERSION_NUMBER),
-    help="Retire this one version now (never the active one).",
+    help="Retire this one version (never the active one; a ready or verified one only this way).",
 )
-@click.option("--dry-run", is_flag=True, help="List what would be retired.")
+@click.option("--yes", is_flag=True, help="Drop the tables: without it, retire only says what it would drop.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --version: retire the rollback target inside the rollback window; retire even while a standby "
+    "server has not replayed the last cutover.",
+)
+@click.option("--dry-run", is_flag=True, help="Only say what would be retired (the default without --yes).")
 @FORMAT_OPTION
-def retire(older_than, version, dry_run, output_format) -> None:
-    """Retire (drop the tables of) standby and abandoned versions whose state is older than --older-than.
+def retire(older_than, version, yes, force, dry_run, output_format) -> None:
+    """Retire (drop the tables of) standby and abandoned building versions whose state is older than --older-than
+    (default: the rollback window), or one version by --version. Without --yes it only says what it would drop.
 
-    The active version is never retired.
+    The active version and a canary candidate are never retired; the rollback target inside the rollback window
+    only with --version N --force; ready and verified versions (awaiting verification) only by --version. Before
+    dropping, retire waits (up to 10 s) for standby servers to replay the last cutover, and refuses (unless
+    --force) while one has not.
     """
-    from toolkit.cutover import parse_duration, retire_old_versions, retire_version
-    from toolkit.store.versions import active_version
+    from toolkit.cutover import (
+        parse_duration,
+        protected_standby,
+        retire_candidates,
+        retire_refusal,
+        retire_version,
+        rollback_window,
+        wait_for_standbys,
+    )
+    from toolkit.errors import InputError, StateError
 
+    if yes and dry_run:
+        raise InputError("--yes drops the tables and --dry-run only lists them: give one of them.")
+    if force and version is None:
+        raise InputError(
+            "--force retires one version: name it with --version N (retire by age never drops the rollback target)."
+        )
+    if older_than is not None and version is not None:
+        raise InputError("Give --older-than (every old version) or --version N (that one), not both.")
+    acting = yes and not dry_run
     _, conn = open_database()
+    kept: list[dict] = []
     with conn:
         if version is None:
-            retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
-        elif dry_run and version == active_version(conn):
-            raise click.ClickException(f"Version {version} is active and cannot be retired.")
-        elif not dry_run:
-            retire_version(conn, version, reason="toolkit retire --version")
-    _render.print_retired([version] if version is not None else retired, dry_run, output_format)
+            window = parse_duration(older_than) if older_than is not None else rollback_window(conn)
+            chosen = [v for v, _ in retire_candidates(conn, window)]
+            protected = protected_standby(conn)
+            if protected is not None:
+                until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
+                kept.append({"version": protected.version, "reason": f"rollback target until {until}"})
+        else:
+            refusal = retire_refusal(conn, version, force=force)
+            if refusal:
+                raise StateError(refusal)
+            chosen = [version]
+        lagging = []
+        if acting and chosen:
+            lagging = wait_for_standbys(conn)
+            unknown = [s.describe() for s in lagging if not s.known]
+            if unknown:
+                click.echo(f"toolkit: cannot tell what {'; '.join(unknown)} has replayed.", err=True)
+            behind = [s.describe() for s in lagging if s.known]
+            if behind and not force:
+                raise StateError(
+                    f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after 10 s; its "
+                    "readers may still use the version. Retry when it has caught up, or retire with --force."
+                )
+        retired = []
+        if acting:
+            for target in chosen:
+                reason = "toolkit retire --version" if version is not None else "toolkit retire (past the window)"
+                retire_version(conn, target, reason=reason, force=force)
+                retired.append(target)
+    _render.print_retired(retired if acting else chosen, not acting, output_format, kept=kept)
 
 
 commands = [backfill, verify, cutover, rollback, retire]
