@@ -221,6 +221,9 @@ ROWS = [
     row("retire", "--older-than", "retire --dry-run --older-than {}", named(USAGE, zero=READ)),
     row("retire", "--version", "retire --dry-run --version {}", number()),
     row("retire", "--format", "retire --dry-run --format {}", choice()),
+    # rollback-window (a legal value changes the setting)
+    row("rollback-window", "duration", "rollback-window {}", named(USAGE, zero=WRITE)),
+    row("rollback-window", "--format", "rollback-window --format {}", choice()),
     # rollback (nothing is on standby; a legal reason would be recorded by a rollback)
     row("rollback", "--reason", "rollback --reason {}", named(WRITE)),
     row("rollback", "--format", "rollback --format {}", choice()),

@@ -42,6 +42,7 @@ TABLES = {
     "traffic_split": {},
     "query_log": {},
     "query_log_settings": {},
+    "settings": {},
     "tenant_bindings": {},
     "version_set_lock": {},
     "cutover_lock": {},

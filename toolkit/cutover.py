@@ -243,6 +243,66 @@ def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_
 
 
 @dataclass(frozen=True)
+class Retirement:
+    """What toolkit retire did (``acted``) or would do: the versions, and the rollback target it kept."""
+
+    versions: list[int]
+    acted: bool
+    kept: list[dict]
+
+
+def retire_versions(
+    conn: psycopg.Connection,
+    *,
+    older_than: str | timedelta | None = None,
+    version: int | None = None,
+    force: bool = False,
+    act: bool = False,
+    warn=None,
+) -> Retirement:
+    """`toolkit retire`: the versions past ``older_than`` (default: the rollback window) or the one ``version``;
+    dropped only when ``act`` (else a dry run). SQL's rules decide (``retire_candidates``, ``retire_refusal``);
+    before dropping, connected standbys are waited for (``wait_for_standbys``) and one still behind refuses the
+    retirement unless ``force``. ``warn`` receives what cannot be checked."""
+    if force and version is None:
+        raise InputError(
+            "--force retires one version: name it with --version N (retire by age never drops the rollback target)."
+        )
+    if older_than is not None and version is not None:
+        raise InputError("Give --older-than (every old version) or --version N (that one), not both.")
+    kept: list[dict] = []
+    if version is None:
+        window = rollback_window(conn) if older_than is None else older_than
+        window = parse_duration(window) if isinstance(window, str) else window
+        chosen = [v for v, _ in retire_candidates(conn, window)]
+        protected = protected_standby(conn)
+        if protected is not None:
+            until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
+            kept.append({"version": protected.version, "reason": f"rollback target until {until}"})
+    else:
+        refusal = retire_refusal(conn, version, force=force)
+        if refusal:
+            raise StateError(refusal)
+        chosen = [version]
+    if not act or not chosen:
+        return Retirement(chosen, act, kept)
+    lagging = wait_for_standbys(conn)
+    unknown = [s.describe() for s in lagging if not s.known]
+    if unknown and warn:
+        warn(f"cannot tell what {'; '.join(unknown)} has replayed.")
+    behind = [s.describe() for s in lagging if s.known]
+    if behind and not force:
+        raise StateError(
+            f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after 10 s; its readers may "
+            "still use the version. Retry when it has caught up, or retire with --force."
+        )
+    reason = "toolkit retire --version" if version is not None else "toolkit retire (past the window)"
+    for target in chosen:
+        retire_version(conn, target, reason=reason, force=force)
+    return Retirement(chosen, True, kept)
+
+
+@dataclass(frozen=True)
 class Cutover:
     """A cutover done: the version now active, the one put on standby (None if none was active), whether forced."""
 

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL: list[str] = ["008-operations-settings.sql"]
+INCREMENTAL = ["008-operations-settings.sql"]
 
 
 def upgrade() -> None:

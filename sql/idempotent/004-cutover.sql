@@ -292,10 +292,11 @@ AS $$
     INNER JOIN toolkit.versions AS x ON last.from_version = x.version AND x.state = 'standby'
 $$;
 
+DROP FUNCTION IF EXISTS toolkit.retire_version(integer, text);  -- before 0005: no force
+
 -- Retires a version that is neither active nor a canary candidate: its chunk table is dropped, its registry row kept.
 -- The rollback target inside the rollback window (toolkit.protected_standby()) needs force.
 -- Definer: drops a table the deployer does not own.
-DROP FUNCTION IF EXISTS toolkit.retire_version(integer, text);
 CREATE OR REPLACE FUNCTION toolkit.retire_version(target integer, reason text DEFAULT NULL, force boolean DEFAULT FALSE)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -350,8 +351,7 @@ BEGIN
     END IF;
     FOR v IN
         SELECT x.version, x.state FROM toolkit.versions AS x
-        WHERE x.state = ANY (toolkit.version_states('retire'))
-            AND x.state NOT IN ('ready', 'verified')
+        WHERE x.state = ANY (toolkit.version_states('retire-by-age'))
             AND x.state_changed_at < clock_timestamp() - older_than
             AND NOT EXISTS (SELECT FROM toolkit.traffic_split AS s WHERE s.candidate = x.version)
             AND NOT EXISTS (SELECT FROM toolkit.protected_standby() AS p WHERE p.version = x.version)

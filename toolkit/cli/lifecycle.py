@@ -8,7 +8,7 @@ import click
 
 from toolkit import validation
 from toolkit.cli import _render
-from toolkit.cli._context import database_url, in_database, open_database
+from toolkit.cli._context import database_url, in_database
 from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Duration, Number
 
@@ -218,60 +218,16 @@ def retire(older_than, version, yes, force, dry_run, output_format) -> None:
     dropping, retire waits (up to 10 s) for standby servers to replay the last cutover, and refuses (unless
     --force) while one has not.
     """
-    from toolkit.cutover import (
-        parse_duration,
-        protected_standby,
-        retire_candidates,
-        retire_refusal,
-        retire_version,
-        rollback_window,
-        wait_for_standbys,
-    )
-    from toolkit.errors import InputError, StateError
+    from toolkit.cutover import retire_versions
 
     if yes and dry_run:
-        raise InputError("--yes drops the tables and --dry-run only lists them: give one of them.")
-    if force and version is None:
-        raise InputError(
-            "--force retires one version: name it with --version N (retire by age never drops the rollback target)."
-        )
-    if older_than is not None and version is not None:
-        raise InputError("Give --older-than (every old version) or --version N (that one), not both.")
-    acting = yes and not dry_run
-    _, conn = open_database()
-    kept: list[dict] = []
-    with conn:
-        if version is None:
-            window = parse_duration(older_than) if older_than is not None else rollback_window(conn)
-            chosen = [v for v, _ in retire_candidates(conn, window)]
-            protected = protected_standby(conn)
-            if protected is not None:
-                until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
-                kept.append({"version": protected.version, "reason": f"rollback target until {until}"})
-        else:
-            refusal = retire_refusal(conn, version, force=force)
-            if refusal:
-                raise StateError(refusal)
-            chosen = [version]
-        lagging = []
-        if acting and chosen:
-            lagging = wait_for_standbys(conn)
-            unknown = [s.describe() for s in lagging if not s.known]
-            if unknown:
-                click.echo(f"toolkit: cannot tell what {'; '.join(unknown)} has replayed.", err=True)
-            behind = [s.describe() for s in lagging if s.known]
-            if behind and not force:
-                raise StateError(
-                    f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after 10 s; its "
-                    "readers may still use the version. Retry when it has caught up, or retire with --force."
-                )
-        retired = []
-        if acting:
-            for target in chosen:
-                reason = "toolkit retire --version" if version is not None else "toolkit retire (past the window)"
-                retire_version(conn, target, reason=reason, force=force)
-                retired.append(target)
-    _render.print_retired(retired if acting else chosen, not acting, output_format, kept=kept)
+        raise click.UsageError("--yes drops the tables and --dry-run only lists them: give one of them.")
+
+    def warn(message: str) -> None:
+        click.echo(f"toolkit: {message}", err=True)
+
+    done = in_database(retire_versions, older_than=older_than, version=version, force=force, act=yes, warn=warn)
+    _render.print_retired(done.versions, not done.acted, output_format, kept=done.kept)
 
 
 commands = [backfill, verify, cutover, rollback, retire]
