@@ -120,6 +120,24 @@ def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept
         click.echo("Nothing was dropped: run again with --yes to retire them.")
 
 
+def print_backup(report, verb: str, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(to_json(report.as_dict()))
+        return
+    size = f"{report.bytes / 1e6:.1f} MB" if report.bytes >= 100_000 else f"{report.bytes:,} bytes"
+    where = "to" if verb == "Dumped" else "from"
+    active = f", version {report.active_version} active" if report.active_version else ""
+    click.echo(
+        f"{verb} the toolkit schema at revision {report.revision} ({plural(report.documents, 'document')}, "
+        f"{plural(report.versions, 'version')}{active}) {where} {report.path} ({size}, {report.tool})."
+    )
+    if verb == "Dumped":
+        click.echo(
+            "Roles are cluster-wide and not in the dump: on another cluster, restore `pg_dumpall --roles-only` first "
+            "(toolkit db restore creates the toolkit roles themselves)."
+        )
+
+
 def print_rollback_window(window, protected, *, changed: bool, output_format: str) -> None:
     if output_format == "json":
         click.echo(

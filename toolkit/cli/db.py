@@ -63,6 +63,41 @@ def url() -> None:
     click.echo(database.url)
 
 
+@db.command()
+@click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@FORMAT_OPTION
+def dump(file: str, output_format: str) -> None:
+    """Back the database up to FILE (pg_dump's custom format), with the pg_dump matching the embedded server.
+
+    Roles are cluster-wide and not in the dump: see docs/operations.md, Backup and restore.
+    """
+    from toolkit.db.backup import dump as dump_database
+    from toolkit.db.connection import resolve_database
+
+    chosen = _settings()
+    report = dump_database(resolve_database(chosen.database_url, chosen.data_dir).url, file)
+    _render.print_backup(report, "Dumped", output_format)
+
+
+@db.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@FORMAT_OPTION
+def restore(file: str, output_format: str) -> None:
+    """Restore a dump FILE into the database (which must hold no toolkit data), in one transaction.
+
+    The toolkit's roles are created when missing; application logins come from `pg_dumpall --roles-only`.
+    """
+    from toolkit.db.backup import restore as restore_database
+    from toolkit.db.connection import resolve_database
+    from toolkit.db.schema import ensure_schema
+
+    chosen = _settings()
+    database = resolve_database(chosen.database_url, chosen.data_dir)
+    report = restore_database(database.url, file)
+    ensure_schema(database)  # a dump of an older release: the embedded one is upgraded, a URL's is named
+    _render.print_backup(report, "Restored", output_format)
+
+
 @click.command(short_help="Upgrade (or downgrade) the toolkit schema.")
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
