@@ -120,6 +120,14 @@ def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept
         click.echo("Nothing was dropped: run again with --yes to retire them.")
 
 
+def print_started(database, tcp: str | None, standby_of: str | None) -> None:
+    role = f" as a read-only hot standby of {standby_of}" if standby_of else ""
+    click.echo(f"The embedded PostgreSQL runs in {database.data_dir}{role}.")
+    if tcp:
+        click.echo(f"It also listens on TCP (password authentication): {tcp}")
+    click.echo(database.url)
+
+
 def print_backup(report, verb: str, output_format: str) -> None:
     if output_format == "json":
         click.echo(to_json(report.as_dict()))

@@ -17,16 +17,27 @@ def db() -> None:
 
 
 @db.command()
-def start() -> None:
+@click.option(
+    "--port",
+    type=click.IntRange(1024, 65535),
+    help="Also listen on 127.0.0.1:PORT (TCP needs the password it prints; kept for later starts).",
+)
+@click.option(
+    "--standby-of",
+    "standby_of",
+    metavar="URL",
+    help="Make a new --data-dir a read-only hot standby of the server at URL (pg_basebackup -R), then start it.",
+)
+def start(port: int | None, standby_of: str | None) -> None:
     """Start the embedded server (or reuse it) and bring its schema up to date."""
-    from toolkit.db.connection import resolve_database
-    from toolkit.db.schema import ensure_schema
+    from toolkit.db.server import start_embedded, tcp_url
 
-    settings = _settings()
-    database = resolve_database(None, settings.data_dir)
-    ensure_schema(database)
-    click.echo(f"The embedded PostgreSQL runs in {database.data_dir}.")
-    click.echo(database.url)
+    database = start_embedded(_settings().data_dir, port=port, standby_of=standby_of)
+    if standby_of is None:
+        from toolkit.db.schema import ensure_schema
+
+        ensure_schema(database)
+    _render.print_started(database, tcp_url(database.data_dir), standby_of)
 
 
 @db.command()
