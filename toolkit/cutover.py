@@ -145,13 +145,17 @@ class LaggingStandby:
         return f"standby {self.standby or '(unnamed)'} at {self.client} ({self.state or 'state unknown'}{lag}){seen}"
 
 
-def wait_for_standbys(conn: psycopg.Connection, timeout: float = 10.0) -> list[LaggingStandby]:
+# How long retire waits for standby servers to replay what was written before it.
+STANDBY_WAIT_SECONDS = 10.0
+
+
+def wait_for_standbys(conn: psycopg.Connection, timeout: float | None = None) -> list[LaggingStandby]:
     """Waits (up to ``timeout`` seconds) until every standby streaming from this server has replayed what was
     written before this call: the last cutover among it, so the standby's readers have seen which version serves.
     Returns the standbys still behind (empty: none, or no standby)."""
     with conn.transaction():
         position = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + (STANDBY_WAIT_SECONDS if timeout is None else timeout)
     while True:
         with conn.transaction():
             rows = conn.execute(
@@ -293,8 +297,9 @@ def retire_versions(
     behind = [s.describe() for s in lagging if s.known]
     if behind and not force:
         raise StateError(
-            f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after 10 s; its readers may "
-            "still use the version. Retry when it has caught up, or retire with --force."
+            f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after "
+            f"{STANDBY_WAIT_SECONDS:g} s; its readers may still use the version. Retry when it has caught up, or "
+            "retire with --force."
         )
     reason = "toolkit retire --version" if version is not None else "toolkit retire (past the window)"
     for target in chosen:

@@ -64,7 +64,8 @@ $$;
 
 -- Logs one served question for the transaction's tenant when logging is on, and (at most hourly) prunes expired
 -- ones; the caller decides the sample (toolkit.query_log_sample_rate()). Returns whether it was logged.
--- results is [{doc_id, start, end, rank, score}].
+-- results is [{doc_id, start, end, rank, score}]. On a read-only hot standby nothing can be written: the question is
+-- skipped, counted in the session's toolkit.query_log_skipped setting, and the search goes on (returns false).
 -- Definer: an application may append to the log but never read or change it.
 CREATE OR REPLACE FUNCTION toolkit.log_query(
     question text,
@@ -85,6 +86,11 @@ DECLARE
     alias text;
 BEGIN
     IF tenant IS NULL OR (SELECT s.sample_rate FROM toolkit.query_log_settings AS s) = 0 THEN
+        RETURN false;
+    END IF;
+    IF pg_is_in_recovery() THEN
+        PERFORM set_config('toolkit.query_log_skipped',
+            (coalesce(nullif(current_setting('toolkit.query_log_skipped', true), ''), '0')::bigint + 1)::text, false);
         RETURN false;
     END IF;
     IF question IS NULL OR question = '' OR results IS NULL OR jsonb_typeof(results) <> 'array' THEN

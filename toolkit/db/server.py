@@ -206,8 +206,10 @@ def make_standby(data_dir: Path, primary_url: str) -> None:
 
             shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise DatabaseError(f"pg_basebackup from {primary_url} failed: {detail or done.returncode}.")
-    # The primary's port is not the standby's (its password is: roles are replicated).
-    (data_dir / SETTINGS_FILE).unlink(missing_ok=True)
+    # The primary's port is not the standby's (its password is: roles are replicated). Its socket lock files, log
+    # and the wheel's handle list were copied too (an embedded primary keeps them in its data directory).
+    for copied in [SETTINGS_FILE, "log", ".handle_pids.json", *(p.name for p in data_dir.glob(".s.PGSQL.*"))]:
+        (data_dir / copied).unlink(missing_ok=True)
     with (data_dir / "postgresql.auto.conf").open("a") as conf:
         # The primary keeps the rows a standby query still reads (no cancellation by vacuum on the primary).
         conf.write("hot_standby_feedback = on\n")

@@ -48,3 +48,10 @@ def prune_query_log(conn: psycopg.Connection) -> int:
     """Deletes the questions older than the retention period; returns how many."""
     with translate_errors(), conn.transaction():
         return conn.execute("SELECT toolkit.prune_query_log()").fetchone()[0]
+
+
+def skipped_on_standby(conn: psycopg.Connection) -> int:
+    """How many sampled questions this session could not log because it runs on a read-only hot standby
+    (``toolkit.log_query`` skips them instead of failing the search)."""
+    row = conn.execute("SELECT current_setting('toolkit.query_log_skipped', true)").fetchone()
+    return int(row[0]) if row and row[0] else 0
