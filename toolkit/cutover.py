@@ -205,6 +205,12 @@ def resolve_version(
     if not rows:
         with conn.transaction():  # only to say which states were looked for
             states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
+            known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
+        if known is None:
+            raise InputError(
+                f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
+                "ones."
+            )
         raise InputError(
             f"No {'/'.join(states)} version uses the model {model_alias!r}"
             + (f" with chunker {chunker_spec}" if chunker_spec else "")

@@ -241,6 +241,15 @@ def print_overview(overview, output_format: str) -> None:
         click.echo(to_json(overview.as_dict()))
         return
     emit(overview.version_rows(), "table", STATUS_COLUMNS)
+    counted = overview.documents
+    if not overview.versions and counted is not None:
+        if counted["documents"]:
+            click.echo(
+                f"No version yet; {plural(counted['documents'], 'document')} in {plural(counted['tenants'], 'tenant')}"
+                " await one: register a model (toolkit model add) and build one (toolkit backfill --model ALIAS)."
+            )
+        else:
+            click.echo("No documents yet: toolkit ingest PATH --tenant TENANT, then toolkit backfill --model ALIAS.")
     canary, log = overview.canary, overview.query_log
     if canary is not None:
         click.echo(

@@ -1,0 +1,38 @@
+"""Issue 23's smaller items: `toolkit status` with documents but no version says how many and what to do next; an
+unknown model alias is "no such model"; backfill's JSON rounds its seconds."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from toolkit.cli import main
+
+
+def run(url: str, *args: str, code: int = 0):
+    result = CliRunner().invoke(main, ["--database-url", url, *args])
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_status_without_a_version_counts_the_documents_and_says_what_next(database_url, tmp_path):
+    assert "No documents yet: toolkit ingest" in run(database_url, "status").output
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a.md", "b.md"):
+        (docs / name).write_text(f"# {name}\n\nSome text about {name}.\n")
+    run(database_url, "ingest", str(docs), "--tenant", "acme")
+    shown = run(database_url, "status").output
+    assert "No version yet; 2 documents in 1 tenant await one" in shown and "toolkit backfill --model" in shown
+    assert json.loads(run(database_url, "status", "--format", "json").stdout)["documents"] == {
+        "documents": 2,
+        "tenants": 1,
+    }
+    run(database_url, "model", "add", "h", "--provider", "hashing", "--name", "16")
+    built = json.loads(run(database_url, "backfill", "--model", "h", "--format", "json").stdout)
+    assert built["seconds"] == round(built["seconds"], 3)
+    unknown = run(database_url, "verify", "--model", "v3", "--queries", str(docs / "a.md"), code=1)
+    assert "There is no model 'v3' (no such model alias)" in unknown.output
+    assert "no such model" in run(database_url, "cutover", "--model", "v3", code=1).output
