@@ -367,6 +367,7 @@ class Database:
     url: str
     embedded: bool
     data_dir: Path | None = None
+    started: bool = False  # the embedded server was not running: this call started it
 
 
 def start_embedded(
@@ -378,6 +379,7 @@ def start_embedded(
     ``port``: listen on 127.0.0.1:port as well (kept for later starts; TCP connections need the password set
     then); ``standby_of``: make a new data directory a hot standby of that server first (pg_basebackup -R)."""
     directory = data_directory(data_dir)
+    was_running = directory.exists() and postmaster_running(directory.resolve()) is not None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         if standby_of:
@@ -412,7 +414,7 @@ def start_embedded(
     url = with_port(server.get_uri(DATABASE_NAME), directory.resolve())
     if server_settings(directory).get("port") and not standby:
         _secure_tcp(directory.resolve(), url)
-    return Database(url=url, embedded=True, data_dir=directory.resolve())
+    return Database(url=url, embedded=True, data_dir=directory.resolve(), started=not was_running)
 
 
 def tcp_url(data_dir: Path) -> str | None:
