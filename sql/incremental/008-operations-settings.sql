@@ -4,7 +4,7 @@ SET LOCAL ROLE toolkit_owner;
 
 CREATE TABLE toolkit.settings (
     singleton boolean PRIMARY KEY DEFAULT TRUE CHECK (singleton),
-    rollback_window interval NOT NULL DEFAULT '7 days' CHECK (rollback_window >= INTERVAL '0'),
+    rollback_window interval NOT NULL DEFAULT '7 days' CHECK (rollback_window >= interval '0'),
     changed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     changed_by text NOT NULL DEFAULT session_user
 );
