@@ -157,6 +157,13 @@ ROWS = [
     row("cutover", "--format", "cutover --version 2 --force --format {}", choice()),
     # db
     row("db status", "--format", "db status --format {}", choice()),
+    row("db start", "--port", "db start --port {}", number(), url=False),
+    row("db start", "--standby-of", "db start --standby-of {}", named(REFUSED), url=False),
+    row("db dump", "file", ["db", "dump", V], path(READ, negative=USAGE, non_utf8=REFUSED)),
+    row("db dump", "--format", "db dump --format {} out.dump", choice()),
+    # restore (the database holds data: refused, whether the file exists or not)
+    row("db restore", "file", ["db", "restore", V], path(REFUSED, negative=USAGE)),
+    row("db restore", "--format", "db restore --format {} {file}", choice()),
     # estimate (no database)
     row("estimate", "--tokens", "estimate --chunk 400 --tokens {}", named(USAGE, zero=READ)),
     row("estimate", "--words", "estimate --chunk 400 --words {}", named(USAGE, zero=READ)),

@@ -91,7 +91,7 @@ def dump(file: str, output_format: str) -> None:
 
 
 @db.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False))
 @FORMAT_OPTION
 def restore(file: str, output_format: str) -> None:
     """Restore a dump FILE into the database (which must hold no toolkit data), in one transaction.

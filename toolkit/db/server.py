@@ -22,7 +22,7 @@ import psutil
 import psycopg
 
 from toolkit.db.errors import describe_database_error, one_line
-from toolkit.errors import DatabaseError
+from toolkit.errors import DatabaseError, InputError
 
 DATABASE_NAME = "toolkit"
 # How long a dead server's processes, or a server still starting or recovering, are waited for.
@@ -379,6 +379,14 @@ def start_embedded(
     ``port``: listen on 127.0.0.1:port as well (kept for later starts; TCP connections need the password set
     then); ``standby_of``: make a new data directory a hot standby of that server first (pg_basebackup -R)."""
     directory = data_directory(data_dir)
+    if standby_of:
+        try:
+            psycopg.conninfo.conninfo_to_dict(standby_of)
+        except psycopg.ProgrammingError:
+            raise InputError(
+                f"--standby-of needs the primary's connection URL (postgresql://user@host:port/db), not "
+                f"{standby_of[:80]!r}; nothing was created."
+            ) from None
     was_running = directory.exists() and postmaster_running(directory.resolve()) is not None
     try:
         directory.mkdir(parents=True, exist_ok=True)
