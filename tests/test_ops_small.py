@@ -36,3 +36,22 @@ def test_status_without_a_version_counts_the_documents_and_says_what_next(databa
     unknown = run(database_url, "verify", "--model", "v3", "--queries", str(docs / "a.md"), code=1)
     assert "There is no model 'v3' (no such model alias)" in unknown.output
     assert "no such model" in run(database_url, "cutover", "--model", "v3", code=1).output
+
+
+def test_the_progress_rate_has_its_unit_and_a_slow_one_is_per_minute():
+    import io
+
+    from toolkit.progress import Progress
+
+    now = [0.0]
+    progress = Progress("backfill", 7, unit="documents", stream=io.StringIO(), clock=lambda: now[0])
+    assert "0 documents/s" in progress.line()
+    now[0] = 12.0
+    progress.advance(1)
+    assert "5.0 documents/min" in progress.line()
+    now[0] = 13.0
+    progress.advance(6)
+    assert "32 documents/min" in progress.line()  # 7 in 13 s
+    now[0] = 14.0
+    progress.advance(20)
+    assert "1.9 documents/s" in progress.line()  # 27 in 14 s
