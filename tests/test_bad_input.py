@@ -264,7 +264,8 @@ ROWS = [
     row("status", "--format", "status --format {}", choice()),
     # tenant (bindings of logins; matrix_reader exists)
     row("tenant grant", "login", ["tenant", "grant", V, "acme"], named(REFUSED, negative=USAGE)),
-    row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(WRITE, negative=USAGE)),
+    # (a tenant without documents is refused unless --allow-empty)
+    row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(REFUSED, negative=USAGE)),
     # revoking from a login that does not exist (and was never bound) is refused, naming it
     row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(REFUSED, negative=USAGE)),
     row("tenant revoke", "tenants", ["tenant", "revoke", "matrix_reader", V], named(WRITE, negative=USAGE)),

@@ -55,3 +55,23 @@ def test_the_progress_rate_has_its_unit_and_a_slow_one_is_per_minute():
     now[0] = 14.0
     progress.advance(20)
     assert "1.9 documents/s" in progress.line()  # 27 in 14 s
+
+
+def test_granting_a_tenant_without_documents_is_refused_unless_allow_empty(conn, database_url, tmp_path):
+    login = "app_ops_small"
+    conn.execute(f"CREATE ROLE {login} LOGIN IN ROLE toolkit_reader")
+    try:
+        conn.execute(
+            "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
+            " VALUES ('acme', 'd', 's', 't', 'h')"
+        )
+        refused = run(database_url, "tenant", "grant", login, "acme", "acme_typo", code=1)
+        assert "No document has the tenant 'acme_typo'" in refused.output and "--allow-empty" in refused.output
+        assert conn.execute("SELECT count(*) FROM toolkit.list_tenant_bindings()").fetchone()[0] == 0
+        assert f"{login} is bound to acme" in run(database_url, "tenant", "grant", login, "acme").output
+        run(database_url, "tenant", "grant", login, "beta", "--allow-empty")
+        assert conn.execute("SELECT count(*) FROM toolkit.list_tenant_bindings()").fetchone()[0] == 2
+    finally:
+        conn.execute(f"DROP OWNED BY {login}")
+        conn.execute("SELECT toolkit.unbind_tenants(%s)", (login,))
+        conn.execute(f"DROP ROLE {login}")

@@ -49,3 +49,11 @@ def document_counts(conn: psycopg.Connection) -> dict | None:
     except psycopg.errors.InsufficientPrivilege:
         return None
     return {"documents": sum(r[0] for r in rows), "tenants": len(rows)}
+
+
+def tenants_without_documents(conn: psycopg.Connection, tenants) -> list[str]:
+    """Those of ``tenants`` that have no document (``toolkit.document_tenants()``): binding a login to one is most
+    often a typo, and the login would then see nothing, silently."""
+    with conn.transaction():
+        having = {row[0] for row in conn.execute("SELECT tenant FROM toolkit.document_tenants()").fetchall()}
+    return [tenant for tenant in dict.fromkeys(tenants) if tenant not in having]
