@@ -75,3 +75,16 @@ def test_granting_a_tenant_without_documents_is_refused_unless_allow_empty(conn,
         conn.execute(f"DROP OWNED BY {login}")
         conn.execute("SELECT toolkit.unbind_tenants(%s)", (login,))
         conn.execute(f"DROP ROLE {login}")
+
+
+def test_a_lookup_that_finds_only_a_building_version_says_it_is_building(conn, make_model):
+    import pytest
+
+    from toolkit.cutover import resolve_version
+    from toolkit.errors import InputError
+    from toolkit.store import versions
+
+    make_model("m", 8)
+    building = versions.create_version(conn, "m", "fixed:10:0", "fixed:10:0@1#0")
+    with pytest.raises(InputError, match=rf"\(it has version {building} building\)\. A building version is not comp"):
+        resolve_version(conn, "m", action="canary")

@@ -206,15 +206,27 @@ def resolve_version(
         with conn.transaction():  # only to say which states were looked for
             states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
             known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
+            others = conn.execute(
+                "SELECT version, state FROM toolkit.versions WHERE model_alias = %s AND state <> 'retired'"
+                " ORDER BY version",
+                (model_alias,),
+            ).fetchall()
         if known is None:
             raise InputError(
                 f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
                 "ones."
             )
+        has = f" (it has {', '.join(f'version {v} {state}' for v, state in others)})" if others else ""
+        building = any(state == "building" for _, state in others)
         raise InputError(
             f"No {'/'.join(states)} version uses the model {model_alias!r}"
             + (f" with chunker {chunker_spec}" if chunker_spec else "")
-            + ". Build one with toolkit backfill, or check toolkit status."
+            + has
+            + (
+                ". A building version is not complete: finish it with toolkit backfill (it resumes)."
+                if building
+                else ". Build one with toolkit backfill, or check toolkit status."
+            )
         )
     if len(rows) > 1:
         listing = ", ".join(f"{v} ({spec})" for v, spec in rows)
