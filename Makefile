@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first, pinned to the CPU build: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,langchain,llamaindex,serve]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -41,7 +41,7 @@ format: $(STAMP)
 	$(BIN)/sqlfluff fix sql --dialect postgres
 
 $(VENV)/.bench-installed: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,bench]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,langchain,llamaindex,serve,bench]'
 	touch $@
 
 # Each benchmark starts its own embedded server under /tmp; results go to docs/benchmarks.md by hand.

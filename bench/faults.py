@@ -11,7 +11,11 @@ Crash trials compare with an uninterrupted run of the same work (rows, content h
   ``active_chunks`` as a reader login, half with prepared statements; two ``toolkit migrate`` at once; a
   downgrade to base of a database that holds documents; a downgrade to each earlier revision, then every command;
 - the bad values of items 5-8, one by one, and the whole bad-input matrix (tests/test_bad_input.py);
-- a Markdown file that is only a heading; the interrupted-ingest test run again and again (the flaky one).
+- a Markdown file that is only a heading; the interrupted-ingest test run again and again (the flaky one);
+- hostile PDFs (issue 28, item 6), each beside two good files in one `toolkit ingest`: a reference loop, a two-layer
+  Flate bomb, a glyph bomb, 100,000 one-line pages (tests/pdfs.py builds them), and a good PDF alone as the
+  baseline: wall time and peak memory of the command and the PDF reader it started (``wait4``'s ``ru_maxrss``
+  covers the reaped children), what was stored and what was said.
 
 It runs its own embedded PostgreSQL in a temporary directory under /tmp (and kills it on purpose), and the
 toolkit's commands as child processes, as a user would.
@@ -19,6 +23,7 @@ toolkit's commands as child processes, as a user would.
     .venv/bin/python bench/faults.py                         # every scenario, the figures of docs/reliability.md
     .venv/bin/python bench/faults.py --write                 # also replace the table in docs/reliability.md
     .venv/bin/python bench/faults.py --backfill-kills 2 --postgres-kills 2 --migrations 2 --flaky-runs 0  # smoke
+    .venv/bin/python bench/faults.py --hostile-pdfs-only --write  # the hostile-PDF table of docs/reliability.md
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ DIMS = 32
 RESULTS = ROOT / "bench" / "results" / "faults.json"
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- faults.py table: begin -->", "<!-- faults.py table: end -->"
+PDF_BEGIN, PDF_END = "<!-- faults.py hostile-pdf table: begin -->", "<!-- faults.py hostile-pdf table: end -->"
 
 
 @dataclass
@@ -636,6 +642,89 @@ def flaky_test(runs: int) -> Scenario:
     return scenario
 
 
+# -- hostile PDFs (issue 28, item 6) ------------------------------------------------------------------------
+
+
+def measured(*args: str, timeout: float = 900) -> tuple[int, float, float, str]:
+    """Runs a toolkit command; (exit code, seconds, peak memory in MB of it and its reaped children, stderr)."""
+    began = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    timer = threading.Timer(timeout, process.kill)  # a hang becomes a failure of the trial, not of the bench
+    timer.start()
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    timer.cancel()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, time.monotonic() - began, usage.ru_maxrss / 1024, stderr
+
+
+def hostile_pdfs(server: Server) -> list[Scenario]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import pdfs
+
+    from toolkit import backfill
+
+    url = server.create("faults_pdfs")
+    register(url)
+    backfill.backfill(url, "h", CHUNKER)
+    cases = [
+        ("a good 4-page PDF alone (the baseline)", None, (), "manual.pdf"),
+        ("a 387-byte PDF whose page tree is a reference loop (7 0 R -> 8 0 R -> 7 0 R)", pdfs.write_reference_loop,
+         (), "has a reference loop"),
+        ("a 5 KB two-layer Flate bomb (decodes to 2 GB)", pdfs.write_flate_bomb, (), "needed more than"),
+        ("a 9 KB glyph bomb (4,000,000 glyphs on one page)", pdfs.write_glyph_bomb, (), "draws more than"),
+        ("a 14 MB PDF of 100,000 one-line pages", pdfs.write_many_pages, (), "has more than"),
+    ]  # fmt: skip
+    scenarios = []
+    for number, (what, build, options, expected) in enumerate(cases):
+        folder = server.parent / f"pdfs{number}"
+        folder.mkdir()
+        if build is None:
+            pdfs.write_manual(folder / "manual.pdf")
+            good = {"manual.pdf"}
+        else:
+            build(folder / "a-hostile.pdf")
+            (folder / "b-notes.md").write_text("# Notes\n\nPlain notes beside a hostile PDF.\n")
+            pdfs.write_manual(folder / "c-manual.pdf")
+            good = {"b-notes.md", "c-manual.pdf"}
+        tenant = f"pdf{number}"
+        code, seconds, peak, stderr = measured(
+            "--database-url", url, "ingest", str(folder), "--tenant", tenant, "--batch-size", "1", *options
+        )
+        stored = {r[0] for r in _rows(url, "SELECT doc_id FROM toolkit.documents WHERE tenant = %s", tenant)}
+        flags = " ".join(options)
+        beside = f", beside {len(good)} good files" if build is not None else ""
+        scenario = Scenario("28.6", f"{what}{beside}: `toolkit ingest{' ' + flags if flags else ''}`")
+        scenario.trials = 1
+        said = next((line.split(": ", 2)[-1] for line in stderr.splitlines() if "a-hostile.pdf" in line), "")
+        if (code != 0) != (build is not None) or stored != good or "Traceback" in stderr:
+            scenario.fail(f"exit {code}, stored {sorted(stored)}: {last_line(stderr)[:120]}")
+        elif build is not None and expected not in said:
+            scenario.fail(f"said: {said[:120]}")
+        scenario.notes.insert(
+            0,
+            f"{seconds:.1f} s, peak {peak:,.0f} MB; {len(stored)} of {len(good)} good stored"
+            + (f"; said: {said[:90]}…" if said else ""),
+        )
+        scenario.lost = str(len(good - stored))
+        scenarios.append(scenario)
+        print(f"28.6 {seconds:6.1f} s {peak:7.0f} MB exit {code}  {what}", file=sys.stderr)
+    return scenarios
+
+
+def _rows(url: str, query: str, *params) -> list:
+    from toolkit.db.connection import connect
+
+    with connect(url, autocommit=True) as conn:
+        return conn.execute(query, params).fetchall()
+
+
 # -- the report ---------------------------------------------------------------------------------------------
 
 
@@ -654,9 +743,9 @@ def render(scenarios: list[Scenario], machine: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(table: str) -> None:
+def write_table(table: str, begin: str = BEGIN, end_marker: str = END) -> None:
     text = DOC.read_text(encoding="utf-8")
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    start, end = text.index(begin) + len(begin), text.index(end_marker)
     DOC.write_text(text[:start] + "\n" + table + text[end:], encoding="utf-8")
 
 
@@ -674,6 +763,9 @@ def main() -> None:
     parser.add_argument("--flaky-runs", type=int, default=10, help="runs of the once-flaky interrupted-ingest test")
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--write", action="store_true", help="replace the table in docs/reliability.md")
+    parser.add_argument(
+        "--hostile-pdfs-only", action="store_true", help="only the hostile-PDF scenarios (their own table)"
+    )
     args = parser.parse_args()
     # Started in the background by a non-interactive shell (`nohup … &`), a process inherits SIGINT ignored, and
     # so would every command it runs: the Ctrl-C trials would then measure nothing but the launcher.
@@ -689,6 +781,21 @@ def main() -> None:
     }
     started = time.monotonic()
     server = Server()
+    if args.hostile_pdfs_only:
+        try:
+            scenarios = hostile_pdfs(server)
+        finally:
+            server.stop()
+        machine.update(load_after=load(), seconds=time.monotonic() - started)
+        table = render(scenarios, machine)
+        print(table)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.with_name("faults_pdfs.json").write_text(
+            json.dumps({"machine": machine, "scenarios": [s.__dict__ for s in scenarios]}, indent=2)
+        )
+        if args.write:
+            write_table(table, PDF_BEGIN, PDF_END)
+        return
     corpus = write_corpus(server.parent / "corpus", documents=12, paragraphs=40)
     scenarios: list[Scenario] = []
     try:
@@ -701,6 +808,7 @@ def main() -> None:
             lambda: [downgrade_then_use(server, corpus)],
             lambda: bad_values(server, corpus),
             lambda: [heading_only(server)],
+            lambda: hostile_pdfs(server),
         ]
         for step in steps:
             done = step()

@@ -1,7 +1,8 @@
 """The retrieval-quality sweep of docs/evaluation.md: chunkers x sizes x context x retrieval modes, on the bundled
 sample set (PostgreSQL manual, 260 template questions) and the plain-text set (bench/data/plain: licences and the
 Python reference, 59 hand-written questions), with MiniLM and e5, k = 5, through `toolkit.evaluation.offline` exactly as
-`toolkit eval` runs it (exact cosine, BM25 over PostgreSQL's lexemes, passages within k x size tokens).
+`toolkit eval` runs it (exact cosine, BM25 over PostgreSQL's lexemes, passages as toolkit.search_passages makes
+them: k x passage_chunks mean chunks of tokens).
 
 Prints one Markdown table per model and set (span recall and IoU as Chroma's report defines them, recall@5,
 tokens and passages per query), the frontier plot (docs/frontier.png), the chunking cost of the embedding
@@ -188,7 +189,7 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
     from toolkit.chunking import get_chunker
     from toolkit.evaluation.offline import evaluate, read_corpus, score_config
     from toolkit.evaluation.queries import load_queries
-    from toolkit.evaluation.retrieval import cosine_distances, fuse, order_by
+    from toolkit.evaluation.retrieval import cosine_distances, fuse, order_by, passage_budget
 
     report = evaluate(docs, queries, LEXICAL_SPEC, embedder=embedder, k=5, cache=cache, retrieval=LEXICAL_RETRIEVALS,
                       conn=conn)  # fmt: skip
@@ -206,7 +207,7 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
     for rrf_k in (60, 10):
         hits = [[chunks[i] for i in fuse(v, t, ids, 20, rrf_k)] for v, t in zip(vector_orders, legacy, strict=True)]
         result = score_config(LEXICAL_SPEC, chunker.version, chunks, None, hits, documents, labelled, 5, 2.0,
-                              budget=5 * chunker.spec.size)  # fmt: skip
+                              budget=passage_budget(5, [c.token_count for c in chunks], 1.5))  # fmt: skip
         rows.append((f"hybrid with ts_rank_cd (before BM25), rrf_k={rrf_k}", result))
     lines = [f"| retrieval ({name}, `{LEXICAL_SPEC}`) | span recall | IoU | recall@5 | tokens / query |",
              "|" + " --- |" * 5]  # fmt: skip
@@ -218,7 +219,8 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
 
 def main() -> None:
     from toolkit.db import migrate
-    from toolkit.db.connection import connect, start_embedded, stop_embedded
+    from toolkit.db.connection import connect
+    from toolkit.db.server import start_embedded, stop_embedded
     from toolkit.embedding import get_embedder
     from toolkit.evaluation.cache import EmbeddingCache, default_cache_dir
     from toolkit.evaluation.offline import evaluate

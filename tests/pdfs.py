@@ -156,3 +156,114 @@ def write_damaged(path: Path, source: Path) -> Path:
     data = source.read_bytes()
     path.write_bytes(data[:1024] + b"\x00garbage" * 200)
     return path
+
+
+# -- hostile PDFs, written byte by byte (no PDF writer would make them) ---------------------------------------
+
+
+def raw_pdf(objects: dict[int, bytes], root: int = 1) -> bytes:
+    """A PDF of the numbered ``objects`` (their bodies, between ``N 0 obj`` and ``endobj``), with a correct
+    cross-reference table, so a reader takes the file's structure as it is written."""
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = {}
+    for number in sorted(objects):
+        offsets[number] = len(out)
+        out += b"%d 0 obj\n" % number + objects[number] + b"\nendobj\n"
+    size = max(objects) + 1
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    for number in range(1, size):
+        out += b"%010d 00000 n \n" % offsets[number] if number in offsets else b"0000000000 65535 f \n"
+    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, root, xref)
+    return bytes(out)
+
+
+def _stream(data: bytes, filters: str = "") -> bytes:
+    return b"<< /Length %d %s>>\nstream\n" % (len(data), filters.encode()) + data + b"\nendstream"
+
+
+FONT = b"<< /Font << /F1 << /Type /Font /Subtype /Type1 /BaseFont /Helvetica >> >> >>"
+
+
+def write_reference_loop(path: Path) -> Path:
+    """The catalog's page tree is object 7, which is a reference to object 8, which is a reference to object 7:
+    resolving it never ends (pdfminer loops at one core)."""
+    path.write_bytes(
+        raw_pdf(
+            {
+                1: b"<< /Type /Catalog /Pages 7 0 R >>",
+                2: b"<< /Producer (loop) >>",
+                7: b"8 0 R",
+                8: b"7 0 R",
+            }
+        )
+    )
+    return path
+
+
+def write_flate_bomb(path: Path, decoded_bytes: int = 2_000_000_000) -> Path:
+    """One page whose content stream is compressed twice (``/Filter [/FlateDecode /FlateDecode]``): a few
+    kilobytes that decode to ``decoded_bytes`` of spaces."""
+    import zlib
+
+    # Deflate each megabyte with a full flush: every segment then compresses alone to the same bytes, so the inner
+    # stream is one segment repeated (no need to compress gigabytes here), and its checksum is summed block by block.
+    block = b" " * (1 << 20)
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    deflate.compress(block)
+    deflate.flush(zlib.Z_FULL_FLUSH)
+    segment = deflate.compress(block) + deflate.flush(zlib.Z_FULL_FLUSH)
+    count = decoded_bytes // len(block)
+    checksum = 1
+    for _ in range(count):
+        checksum = zlib.adler32(block, checksum)
+    inner = b"\x78\xda" + segment * count + deflate.flush() + checksum.to_bytes(4, "big")
+    assert zlib.decompressobj().decompress(inner, 3 << 20)[: len(block)] == block
+    twice = zlib.compress(inner, 9)
+    path.write_bytes(
+        raw_pdf(
+            {
+                1: b"<< /Type /Catalog /Pages 2 0 R >>",
+                2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources %s /Contents 4 0 R >>" % FONT,
+                4: _stream(twice, "/Filter [/FlateDecode /FlateDecode] "),
+            }
+        )
+    )
+    return path
+
+
+def write_glyph_bomb(path: Path, glyphs: int = 4_000_000) -> Path:
+    """One page that draws ``glyphs`` glyphs (a line of text shown over and over), compressed to a few
+    kilobytes."""
+    import zlib
+
+    line = b"(" + b"A" * 1000 + b") Tj\n"
+    content = b"BT /F1 1 Tf 10 10 Td\n" + line * (glyphs // 1000) + b"ET\n"
+    path.write_bytes(
+        raw_pdf(
+            {
+                1: b"<< /Type /Catalog /Pages 2 0 R >>",
+                2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources %s /Contents 4 0 R >>" % FONT,
+                4: _stream(zlib.compress(content, 9), "/Filter /FlateDecode "),
+            }
+        )
+    )
+    return path
+
+
+def write_many_pages(path: Path, pages: int = 100_000) -> Path:
+    """``pages`` pages of one line each (all drawing the same content stream)."""
+    first = 5
+    kids = b" ".join(b"%d 0 R" % (first + i) for i in range(pages))
+    objects = {
+        1: b"<< /Type /Catalog /Pages 2 0 R >>",
+        2: b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        3: _stream(b"BT /F1 12 Tf 72 720 Td (One line on this page.) Tj ET"),
+        4: FONT,
+    }
+    for i in range(pages):
+        objects[first + i] = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources 4 0 R /Contents 3 0 R >>"
+    path.write_bytes(raw_pdf(objects))
+    return path

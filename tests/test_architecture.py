@@ -9,6 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "toolkit"
 VERBS = {"ingest", "backfill", "verify", "cutover", "search", "serving", "shadow", "status", "estimate", "demo"}
+# For applications (issue 26): verbs too, over the ones above.
+VERBS |= {"api", "deletion", "question", "contents", "serve", "integrations"}
 BASE = {"errors", "validation", "progress"}
 # layer → the layers it may import (itself included)
 ALLOWED = {

@@ -122,6 +122,12 @@ ROWS = [
     row("ingest", "--acl", "ingest {corpus} --tenant acme --acl {}", named(WRITE)),
     row("ingest", "--batch-size", "ingest {corpus} --tenant acme --batch-size {}", number()),
     row("ingest", "--format", "ingest {corpus} --tenant acme --format {}", choice()),
+    # what one file may cost to read (sizes like 100MB, seconds, counts): every bad value is a usage error
+    row("ingest", "--max-file-size", "ingest {corpus} --tenant acme --max-file-size {}", number()),
+    row("ingest", "--pdf-timeout", "ingest {corpus} --tenant acme --pdf-timeout {}", number()),
+    row("ingest", "--pdf-memory", "ingest {corpus} --tenant acme --pdf-memory {}", number()),
+    row("ingest", "--pdf-max-pages", "ingest {corpus} --tenant acme --pdf-max-pages {}", number()),
+    row("ingest", "--pdf-max-glyphs", "ingest {corpus} --tenant acme --pdf-max-glyphs {}", number()),
     # backfill (a refusal must not leave a new building version behind: the snapshot would show it)
     row("backfill", "--model", "backfill --model {}", NOT_A_MODEL),
     row("backfill", "--chunker", "backfill --model h --chunker {}", named(REFUSED)),
@@ -141,6 +147,11 @@ ROWS = [
     row("chunk", "--overlap", "chunk {file} --size 40 --overlap {}", number(zero=READ)),
     row("chunk", "--embedder", "chunk {file} --strategy semantic --embedder {}", named(REFUSED)),
     row("chunk", "--format", "chunk {file} --format {}", choice()),
+    row("chunk", "--max-file-size", "chunk {file} --max-file-size {}", number()),
+    row("chunk", "--pdf-timeout", "chunk {file} --pdf-timeout {}", number()),
+    row("chunk", "--pdf-memory", "chunk {file} --pdf-memory {}", number()),
+    row("chunk", "--pdf-max-pages", "chunk {file} --pdf-max-pages {}", number()),
+    row("chunk", "--pdf-max-glyphs", "chunk {file} --pdf-max-glyphs {}", number()),
     # canary (version 2 is ready; a legal value would start a canary)
     row("canary", "--model", "canary --percent 10 --model {}", NOT_A_MODEL),
     row("canary", "--chunker", "canary --percent 10 --model h --chunker {}", named(REFUSED)),
@@ -155,6 +166,33 @@ ROWS = [
     row("cutover", "--version", "cutover --version {}", number()),
     row("cutover", "--reason", "cutover --version 1 --reason {}", named(WRITE)),
     row("cutover", "--format", "cutover --version 2 --force --format {}", choice()),
+    # delete and tenant erase: dry runs without --yes (read only); an unknown document or tenant is refused
+    row("delete", "doc_ids", ["delete", "--tenant", "acme", V], named(REFUSED, negative=USAGE)),
+    row("delete", "--tenant", "delete --tenant {} doc0.md", named(REFUSED)),
+    row("delete", "--reason", "delete --tenant acme doc0.md --reason {}", named(READ)),
+    row("delete", "--format", "delete --tenant acme doc0.md --format {}", choice()),
+    row("tenant erase", "name", ["tenant", "erase", V], named(REFUSED, negative=USAGE)),
+    row("tenant erase", "--reason", "tenant erase acme --reason {}", named(READ)),
+    row("tenant erase", "--format", "tenant erase acme --format {}", choice()),
+    # diff and show (read only)
+    row("diff", "--version", "diff --version 1 --doc doc0.md --version {}", number()),
+    row("diff", "--doc", "diff --version 1 --version 2 --doc {}", named(REFUSED)),
+    row("diff", "--tenant", "diff --version 1 --version 2 --doc doc0.md --tenant {}", named(REFUSED)),
+    row("diff", "--format", "diff --version 1 --version 2 --doc doc0.md --format {}", choice()),
+    row("show", "--version", "show --version {}", number()),
+    row("show", "--doc", "show --version 1 --doc {}", named(REFUSED)),
+    row("show", "--tenant", "show --version 1 --tenant {}", named(READ)),
+    row("show", "--format", "show --version 1 --format {}", choice()),
+    # embed (read only)
+    row("embed", "question", ["embed", V, "--tenant", "acme"], named(READ, negative=USAGE)),
+    row("embed", "--tenant", "embed hello --tenant {}", named(READ)),
+    row("embed", "--request-key", "embed hello --tenant acme --request-key {}", named(READ)),
+    row("embed", "--format", "embed hello --tenant acme --format {}", choice()),
+    # serve (no legal case may start a server: a host that is not loopback is refused before anything opens)
+    row("serve", "--host", "serve --host {}", named(REFUSED)),
+    row("serve", "--port", "serve --host 192.0.2.1 --port {}", number(zero=REFUSED)),
+    row("serve", "--tenant", "serve --host 192.0.2.1 --tenant {}", named(REFUSED)),
+    row("serve", "--pool-size", "serve --host 192.0.2.1 --pool-size {}", number()),
     # db
     row("db status", "--format", "db status --format {}", choice()),
     row("db start", "--port", "db start --port {}", number(), url=False),
@@ -244,6 +282,8 @@ ROWS = [
     row("search", "--tenant", "search hello --tenant {}", named(READ)),
     row("search", "-k", f"{SEARCH} -k {{}}", number()),
     row("search", "--expand", f"{SEARCH} --expand {{}}", named(REFUSED)),
+    row("search", "--retrieval", f"{SEARCH} --retrieval {{}}", choice()),
+    row("search", "--max-tokens", f"{SEARCH} --max-tokens {{}}", number()),
     row("search", "--filter", f"{SEARCH} --filter {{}}", named(REFUSED)),
     row("search", "--principal", f"{SEARCH} --principal {{}}", named(READ)),
     row("search", "--ef-search", f"{SEARCH} --ef-search {{}}", number()),
@@ -256,7 +296,8 @@ ROWS = [
     row("shadow", "--queries", "shadow --version 2 --queries {}", path(USAGE)),
     # the query log is empty: a legal --since finds nothing to replay
     row("shadow", "--since", "shadow --version 2 --from-log --since {}", named(USAGE, zero=REFUSED)),
-    row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(READ)),
+    # a tenant without documents has nothing to compare: refused (it printed blanks and exit 0)
+    row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(REFUSED)),
     row("shadow", "-k", "shadow --version 2 --queries {queries} -k {}", number()),
     row("shadow", "--format", "shadow --version 2 --queries {queries} --format {}", choice()),
     row("search", "--format", f"{SEARCH} --format {{}}", choice()),
@@ -560,6 +601,7 @@ def test_an_embedding_server_answering_nonsense_stores_nothing(
     if not _documented(fault):
         pytest.skip(f"tests/fault_server.py documents no {sorted(fault)} mode yet (added on the throughput branch)")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"OPENAI_API_KEY={fault_server_process.url}")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(5):

@@ -45,15 +45,19 @@ def test_catalog_lints(conn, make_model):
     ).fetchall()
     assert public_definers == []
 
-    # every other table with a tenant column: RLS enabled and forced, the two tenant policies
-    for table in ("documents", "query_log"):
+    # every other table with a tenant column: RLS enabled and forced, the two tenant policies; documents also the
+    # access-label policy for the reader (passages are cut from them)
+    for table, policies in (
+        ("documents", ["access_labels", "service_access", "tenant_isolation"]),
+        ("query_log", ["service_access", "tenant_isolation"]),
+    ):
         row = conn.execute(
             "SELECT relrowsecurity, relforcerowsecurity,"
             " (SELECT array_agg(policyname ORDER BY policyname) FROM pg_policies WHERE schemaname = 'toolkit'"
             "  AND tablename = %s) FROM pg_class WHERE oid = ('toolkit.' || %s)::regclass",
             (table, table),
         ).fetchone()
-        assert row == (True, True, ["service_access", "tenant_isolation"]), table
+        assert row == (True, True, policies), table
     tenant_tables = {
         r[0]
         for r in conn.execute(
@@ -61,5 +65,11 @@ def test_catalog_lints(conn, make_model):
             " WHERE c.relnamespace = 'toolkit'::regnamespace AND c.relkind = 'r'"
         )
     }
-    # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant
-    assert tenant_tables - {name for name, *_ in chunk_tables} == {"documents", "query_log", "tenant_bindings"}
+    # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant;
+    # so is the audit log of deletions (the owner and the deployer read it; no application may)
+    assert tenant_tables - {name for name, *_ in chunk_tables} == {
+        "documents",
+        "query_log",
+        "tenant_bindings",
+        "deletions",
+    }

@@ -115,7 +115,9 @@ def test_eval_embeds_the_title_with_every_chunk(tmp_path):
         '{"query": "what is the license", "answers": [{"doc_id": "apache.txt", "text": "1. Definitions."}]}\n'
     )
     model = Recorder()
-    report = evaluate(tmp_path, queries, ["recursive:64:0:context=title"], embedder=model, k=1, retrieval="vector")
+    report = evaluate(
+        tmp_path, queries, ["recursive:64:0:context=title"], embedder=model, k=1, retrieval="vector:assemble=off"
+    )
     assert report.configs[0].chunker_version == "recursive:64:0:context=title@1"
     assert model.texts and all(t.startswith("Apache License\n") for t in model.texts)
 

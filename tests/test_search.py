@@ -128,7 +128,7 @@ def question_vector(text: str = QUESTION) -> np.ndarray:
 
 
 def test_vector_search_returns_the_exact_top_k_best_first(conn, store):
-    hits = search.search(conn, QUESTION, "a", 8, principals=["hr"])
+    hits = search.search(conn, QUESTION, "a", 8, principals=["hr"], retrieval="vector")
     assert [h.rank for h in hits] == list(range(1, 9))
     assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
     assert {h.kind for h in hits} == {"chunk"} and all(h.model_alias == "h" for h in hits)
@@ -353,7 +353,7 @@ def test_the_executed_plan_uses_the_versions_hnsw_index(conn, make_model, storag
     activate(conn, v)
     notices = plans(conn)
     q = np.random.default_rng(3).standard_normal(16).astype(np.float32)
-    hits = search.search(conn, q, "big", 10)
+    hits = search.search(conn, q, "big", 10, retrieval="vector")
     hybrid = search.search(conn, q, "big", 10, hybrid=True, query_text="text")
     assert len(hits) == 10 and len(hybrid) == 10
     executed = chunk_plans(notices)
@@ -365,7 +365,7 @@ def test_the_executed_plan_uses_the_versions_hnsw_index(conn, make_model, storag
     # the 1% tenant: the planner may prefer the exact path (its rows through the (tenant, doc_id) index,
     # sorted), which is exact; either way k rows come back
     notices.clear()
-    assert len(search.search(conn, q, "small", 10)) == 10
+    assert len(search.search(conn, q, "small", 10, retrieval="vector")) == 10
     small_plan = chunk_plans(notices)[0]
     assert f"chunks_v{v}_embedding_idx" in small_plan or f"chunks_v{v}_doc_idx" in small_plan
 

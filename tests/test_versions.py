@@ -18,11 +18,27 @@ def state(conn, v: int) -> str:
     return conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (v,)).fetchone()[0]
 
 
-def record(conn, v: int, passed: bool) -> int:
-    # The owner's private entry point (toolkit.evaluate_version computes and records real evaluations).
+def record(conn, v: int, passed: bool, retrieval: str | None = None) -> int:
+    # The owner's private entry point (toolkit.evaluate_version computes and records real evaluations, with the
+    # retrieval it measured: toolkit.served_retrieval()).
     return conn.execute(
-        "SELECT toolkit._record_evaluation(%s, 'hash', 10, 5, %s, %s)", (v, Jsonb({"recall": 0.9}), passed)
+        "SELECT toolkit._record_evaluation(%s, 'hash', 10, 5, %s, %s, NULL,"
+        " jsonb_build_object('retrieval', coalesce(%s, toolkit.served_retrieval())))",
+        (v, Jsonb({"recall": 0.9}), passed, retrieval),
     ).fetchone()[0]
+
+
+def test_a_verification_of_another_retrieval_does_not_let_a_version_go_live(conn, make_model):
+    """A version verified with one retrieval and served with another has a stale verification."""
+    make_model("m1", 8)
+    v = ready_version(conn, "m1", 8, {"a": 30})
+    record(conn, v, passed=True, retrieval="vector")
+    with pytest.raises(StateError, match="no passing verification"):
+        cutover.activate_version(conn, v)
+    current = conn.execute("SELECT evaluation_current FROM toolkit.version_status() WHERE version = %s", (v,))
+    assert current.fetchone()[0] is False
+    record(conn, v, passed=True)
+    assert cutover.activate_version(conn, v) > 0
 
 
 def test_create_version_makes_a_typed_table(conn, make_model):

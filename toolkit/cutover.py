@@ -86,7 +86,9 @@ def rollback_version(
 
 def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None, force: bool = False) -> int:
     """Drops a non-active version's table; its registry row and audit trail stay. The rollback target inside the
-    rollback window needs ``force`` (SQL refuses it otherwise)."""
+    rollback window needs ``force`` (SQL refuses it otherwise). A version in a state SQL does not retire from
+    (``toolkit.version_states('retire')``: already retired, say) is refused, not audited again."""
+    check_retirable(conn, version)
     table = version_table(conn, version).as_string(conn)
     return _swap(
         conn, "SELECT toolkit.retire_version(%s, %s, %s)", (version, reason, force), 1000, 5, (*_SWAPPED, table)
@@ -167,6 +169,21 @@ def wait_for_standbys(conn: psycopg.Connection, timeout: float | None = None) ->
         time.sleep(0.05)  # polling the standbys' replay position, which no notification reports
 
 
+def check_retirable(conn: psycopg.Connection, version: int) -> None:
+    """Refuses (``InputError``) a version that does not exist or is in a state SQL does not retire from; the active
+    version is left to SQL's own refusal."""
+    with conn.transaction():
+        state, retirable = conn.execute(
+            "SELECT v.state, v.state = ANY (toolkit.version_states('retire')) FROM toolkit.versions AS v"
+            " WHERE v.version = %s",
+            (version,),
+        ).fetchone() or (None, None)
+    if state is None:
+        raise InputError(f"There is no version {version}. Run toolkit status to list them.")
+    if not retirable and state != "active":  # SQL words the active version's refusal itself
+        raise InputError(f"Version {version} is {state}; there is nothing to retire.")
+
+
 def resolve_version(
     conn: psycopg.Connection,
     model_alias: str | None = None,
@@ -237,11 +254,18 @@ def resolve_version(
 
 
 def parse_duration(text: str) -> timedelta:
-    """'7d', '12h', '30m', '0' → a timedelta."""
+    """'7d', '12h', '30m', '45s', '0' → a timedelta. A number needs its unit (only 0 goes without): a bare 30 read as
+    seconds made ``--retention 30`` keep questions 30 seconds and ``retire --older-than 7`` retire every standby."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text or "")
     if not match:
         raise InputError(f"{text!r} is not a duration; write e.g. 7d, 12h, 30m or 0.")
-    value, unit = float(match.group(1)), match.group(2) or "s"
+    value, unit = float(match.group(1)), match.group(2)
+    if not unit and value != 0:
+        number = match.group(1)
+        raise InputError(
+            f"{text!r} has no unit; say {number}d, {number}h, {number}m or {number}s (only 0 goes without one)."
+        )
+    unit = unit or "s"
     return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
 
 
@@ -302,6 +326,7 @@ def retire_versions(
             until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
             kept.append({"version": protected.version, "reason": f"rollback target until {until}"})
     else:
+        check_retirable(conn, version)
         refusal = retire_refusal(conn, version, force=force)
         if refusal:
             raise StateError(refusal)

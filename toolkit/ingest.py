@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.db.connection import translate_errors
-from toolkit.errors import InputError
+from toolkit.errors import EmbeddingError, InputError
 from toolkit.progress import Progress
 from toolkit.store.chunk_table import (
     LiveVersion,
@@ -62,6 +62,8 @@ class IngestReport:
     seconds: dict[str, float] = field(default_factory=lambda: {"read": 0.0, "prepare": 0.0, "write": 0.0})
     reused: int = 0
     versions: list[int] = field(default_factory=list)
+    # Building versions whose model failed here (version → why): their rows were left to their backfill.
+    deferred: dict[int, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -76,6 +78,7 @@ class IngestReport:
             "embedded": self.embedded,
             "reused_embeddings": self.reused,
             "versions": self.versions,
+            "deferred_versions": {str(k): v for k, v in self.deferred.items()},
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -90,8 +93,11 @@ def ingest(
     batch_documents: int = 32,
     progress: Progress | None = None,
     overlap: bool = True,
+    limits=None,
 ) -> IngestReport:
-    """Ingests files and directories for a tenant into every live version; see the module docstring."""
+    """Ingests files and directories for a tenant into every live version; see the module docstring. ``limits``
+    (a ``toolkit.text.sources.ReadLimits``) bounds what each file may cost to read: a file over a limit is
+    reported in ``failed`` and the others are stored."""
     from toolkit.text.sources import SourceError, read_documents
 
     validation.BATCH_DOCUMENTS.check(batch_documents)
@@ -100,19 +106,19 @@ def ingest(
     roots = []
     for path in paths:
         root = Path(path)
-        if not root.exists():
+        if not root.exists() and not root.is_symlink():
             raise InputError(f"{path} does not exist; nothing was ingested. Check the path.")
         roots.append(str(root.resolve()))
     report = IngestReport(tenant=tenant)
     targets = live_versions(conn)
     report.versions = [t.version for t in targets]
     for target in targets:
-        target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
+        _usable(target, targets, report)  # refuse a mismatched chunker before any work
 
     began = time.perf_counter()
     documents, seen_by_root, first_source = [], {root: set() for root in roots}, {}
     for path, root in zip(paths, roots, strict=True):
-        for item in read_documents([path]):
+        for item in read_documents([path], limits=limits):
             if isinstance(item, SourceError):
                 report.failed.append(FileFailure(str(item.source), item.reason))
                 if getattr(item, "doc_id", None):
@@ -179,6 +185,28 @@ class _Prepared(NamedTuple):
     embedded: int
     reused: int
     seconds: float
+    deferred: dict[int, str] = {}  # noqa: RUF012 - never mutated: building versions left to their backfill
+
+
+def _deferrable(target: LiveVersion, targets: Sequence[LiveVersion]) -> bool:
+    """Whether a failure of the version's model here may leave its rows to its backfill instead of stopping ingest:
+    when it is still building and another version is served (a version being built, perhaps with a model the writer
+    registered without the probe, must not stop every tenant's ingest into what is served). A served version's
+    failure, and any failure when nothing is served, is raised."""
+    return target.building and any(not t.building for t in targets)
+
+
+def _usable(target: LiveVersion, targets: Sequence[LiveVersion], report: IngestReport) -> bool:
+    """Whether ingest can chunk for the version here (its model usable in this process); a deferrable failure is
+    recorded in the report instead of raised."""
+    try:
+        target.chunker  # noqa: B018 - builds the embedder and the chunker, refusing a mismatched chunker
+        return True
+    except (InputError, EmbeddingError) as error:
+        if not _deferrable(target, targets):
+            raise
+        report.deferred[target.version] = str(error)
+        return False
 
 
 class _Worker:
@@ -242,6 +270,7 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
             _write_moved(conn, tenant, batch.moved)
         report.embedded += prepared.embedded
         report.reused += prepared.reused
+        report.deferred.update(prepared.deferred)
         report.seconds["prepare"] += prepared.seconds
 
     try:
@@ -319,9 +348,18 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
     began = time.perf_counter()
     embedded = reused = 0
     rows_by_version = {}
+    deferred: dict[int, str] = {}
     for target in targets:
         known = known_by_version[target.version]
-        chunked = [(doc, target.chunker.chunk(doc.text, doc_id=doc.doc_id)) for _, doc, _ in work]
+        try:
+            chunked = [(doc, target.chunker.chunk(doc.text, doc_id=doc.doc_id)) for _, doc, _ in work]
+        except (InputError, EmbeddingError) as error:
+            if not _deferrable(target, targets):
+                raise
+            # Its model cannot be used here: the documents' old rows go, the backfill writes them again.
+            deferred[target.version] = str(error)
+            rows_by_version[target.version] = []
+            continue
         missing: dict[str, object] = {}
         children = 0
         for _doc, chunks in chunked:
@@ -330,21 +368,37 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
                     children += 1
                     if chunk.content_hash not in known:
                         missing.setdefault(chunk.content_hash, chunk)
+        if target.embedding_deferred:  # rows left without embeddings for its backfill (toolkit.embedding_deferred)
+            children -= sum(
+                1 for _doc, chunks in chunked for c in chunks if not c.is_parent and c.content_hash in missing
+            )
+            missing = {}
         if missing:
             chunks = list(missing.values())
-            counts = target.embedder.count_chunk_tokens(chunks)
-            vectors = target.embedder.embed_documents([c.embed_text for c in chunks], token_counts=counts)
+            try:
+                counts = target.embedder.count_chunk_tokens(chunks)
+                vectors = target.embedder.embed_documents([c.embed_text for c in chunks], token_counts=counts)
+            except (InputError, EmbeddingError) as error:
+                if not _deferrable(target, targets):
+                    raise
+                # Its model failed: the rows are written without embeddings, for the version's backfill.
+                deferred[target.version] = str(error)
+                children -= sum(
+                    1 for _doc, chunks in chunked for c in chunks if not c.is_parent and c.content_hash in missing
+                )
+                missing = {}
+                vectors = []
             known.update(zip(missing, vectors, strict=True))
             embedded += len(missing)
         reused += children - len(missing)  # every other child takes a stored vector or one of this batch
         rows_by_version[target.version] = [
             chunk_row(
-                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known[chunk.content_hash], doc.pages
+                tenant, doc.doc_id, chunk, labels, None if chunk.is_parent else known.get(chunk.content_hash), doc.pages
             )
             for doc, chunks in chunked
             for chunk in chunks
         ]
-    return _Prepared(rows_by_version, embedded, reused, time.perf_counter() - began)
+    return _Prepared(rows_by_version, embedded, reused, time.perf_counter() - began, deferred)
 
 
 def _write_moved(conn, tenant, moved) -> None:

@@ -1,6 +1,7 @@
 """Searching as an application does: ask which version serves the request (``toolkit.serving_model``), embed the
 question with that version's model, and search that version (pinned), through the SQL search functions
-(``toolkit.search_chunks``, ``hybrid_search_chunks``, ``search_context``), as the reader role, with the tenant and
+(``toolkit.search_passages`` by default: the retrieval verify gates and eval measures; ``search_chunks``,
+``hybrid_search_chunks`` and ``search_context`` as options), as the reader role, with the tenant and
 principals set for one transaction, so row-level security decides what is seen. A cutover between the two steps
 changes nothing for the request; a version retired meanwhile raises VersionUnavailableError (retry)."""
 
@@ -29,11 +30,16 @@ LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
 # The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
 MAX_K = validation.RESULTS.maximum
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
+# The retrievals a search can run: passages (the default: toolkit.search_passages, hybrid hits assembled into
+# passages), hybrid (hybrid_search_chunks: fused chunks), vector (search_chunks).
+RETRIEVALS = ("passages", "hybrid", "vector")
+DEFAULT_RETRIEVAL = "passages"
 
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One result: a chunk, or (with ``expand``) a context made of a parent or a window of chunks."""
+    """One result: a passage (the default: one or more touching hits of a document, cut from its text), a chunk,
+    or (with ``expand``) a context made of a parent or a window of chunks."""
 
     rank: int
     score: float
@@ -42,7 +48,7 @@ class SearchHit:
     end: int
     heading_path: list[str]
     text: str
-    kind: str  # chunk, parent or window
+    kind: str  # passage, chunk, parent or window
     chunk_ids: list[str]  # the matching chunks this result stands for, best first
     version: int
     model_alias: str
@@ -50,6 +56,8 @@ class SearchHit:
     vector_rank: int | None = None
     text_rank: int | None = None
     pages: list[int] | None = None  # the source's pages (PDFs), for citations; None when it has none
+    hit_ranks: list[int] | None = None  # passages: each chunk's rank among the hybrid hits
+    tokens: int | None = None  # passages: the tokens the passage counts against the budget
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +73,25 @@ def parse_expand(expand: str | None) -> str | None:
             "(N chunks before and after each hit, N from 0 to 99), e.g. window:1."
         )
     return expand
+
+
+def parse_retrieval(retrieval: str | None, *, hybrid: bool = False, expand: str | None = None) -> str:
+    """The retrieval a search runs: ``passages`` (the default), ``hybrid`` or ``vector``. ``hybrid=True`` (the
+    earlier option) means ``hybrid``; ``expand`` (small-to-big) searches chunks, vector or hybrid."""
+    if retrieval is None:
+        retrieval = "hybrid" if hybrid else ("vector" if expand else DEFAULT_RETRIEVAL)
+    if retrieval not in RETRIEVALS:
+        raise InputError(
+            f"The retrieval {retrieval!r} is not one of {', '.join(RETRIEVALS)}; passages (the default) is what "
+            "toolkit verify gates."
+        )
+    if hybrid and retrieval != "hybrid":
+        raise InputError(f"hybrid=True asks for the hybrid retrieval, but retrieval={retrieval!r} was given; pick one.")
+    if expand and retrieval == "passages":
+        raise InputError(
+            "--expand returns parents or windows of chunk hits, not passages: add --retrieval vector or hybrid."
+        )
+    return retrieval
 
 
 def parse_filters(pairs: Sequence[str]) -> dict:
@@ -132,6 +159,8 @@ def search(
     tenant: str,
     k: int = 5,
     *,
+    retrieval: str | None = None,
+    max_tokens: int | None = None,
     hybrid: bool = False,
     expand: str | None = None,
     filters: dict | None = None,
@@ -151,17 +180,27 @@ def search(
     candidate for its share of keys and tenants), and searched in that version. A vector is searched in ``version``
     (or the servable version of the model alias ``query_model``); with neither, in the active version (unpinned:
     a vector of the wrong dimensions is refused, one of another model with the same dimensions is not).
-    ``hybrid`` fuses full-text and vector ranks (the question's text, or ``query_text``); ``expand`` is ``parent``
-    or ``window:N`` (small-to-big). The search runs as ``role`` (the reader: row-level security applies as for
-    applications) when the connected user may take it; ``role=None`` keeps the current role. A pinned version that
-    was retired meanwhile raises VersionUnavailableError: read the serving model again and retry. With the query
-    log on (toolkit query-log), a share of questions is logged.
+    ``retrieval`` is ``passages`` (the default, ``toolkit.search_passages``: full-text and vector ranks fused,
+    touching hits of a document merged into passages cut from its text, at most k within ``max_tokens`` or the
+    settings' budget: what toolkit verify gates and toolkit eval measures), ``hybrid`` (fused chunks) or
+    ``vector`` (chunks by distance); full text needs the question's text (``query_text`` with a vector: without
+    it, passages are assembled from the vector hits alone).
+    ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big). The
+    search runs as ``role`` (the reader: row-level security applies as for applications) when the connected user
+    may take it; ``role=None`` keeps the current role. A pinned version that was retired meanwhile raises
+    VersionUnavailableError: read the serving model again and retry. With the query log on (toolkit query-log), a
+    share of questions is logged.
     """
     validate_tenant(tenant)
     validation.RESULTS.check(k)
     validation.EF_SEARCH.check_optional(ef_search)
     validation.VERSION_NUMBER.check_optional(version)
     expand = parse_expand(expand)
+    retrieval = parse_retrieval(retrieval, hybrid=hybrid, expand=expand)
+    if max_tokens is not None:
+        if retrieval != "passages":
+            raise InputError("max_tokens is the passages' token budget; it applies to the passages retrieval only.")
+        validation.PASSAGE_TOKENS.check(max_tokens)
     unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
     if unknown:
         raise InputError(f"Unknown search filter {unknown[0]!r}; the filters are {', '.join(FILTER_KEYS)}.")
@@ -183,11 +222,13 @@ def search(
         query_text = query if query_text is None else query_text
         version, query_model = serving.version, serving.model_alias
     else:
-        vector = np.asarray(query, dtype=np.float32)
-        if vector.ndim != 1 or not np.isfinite(vector).all():
-            raise InputError("The query vector must be one finite vector of numbers.")
-    if hybrid and not query_text:
-        raise InputError("A hybrid search needs the question's text: pass a question, or query_text with a vector.")
+        # One finite vector with a direction (SQL checks its dimensions against the version's: TK001 / TK002).
+        vector = validation.query_vector(query)
+    if retrieval == "hybrid" and not query_text:
+        raise InputError(
+            "The hybrid retrieval ranks by full text too, so it needs the question's text: pass a question, or "
+            "query_text with a vector (or retrieval='vector')."
+        )
 
     params = {
         "q": vector,
@@ -197,12 +238,18 @@ def search(
         "version": version,
     }
     if expand:
-        params.update(expand=expand, text=query_text if hybrid else None)
+        params.update(expand=expand, text=query_text if retrieval == "hybrid" else None)
         statement = (
             "SELECT * FROM toolkit.search_context(%(q)s, %(k)s, %(expand)s, %(text)s, %(filters)s, %(model)s,"
             " %(version)s)"
         )
-    elif hybrid:
+    elif retrieval == "passages":
+        params.update(text=query_text, max_tokens=max_tokens)
+        statement = (
+            "SELECT * FROM toolkit.search_passages(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s, %(version)s,"
+            " %(max_tokens)s)"
+        )
+    elif retrieval == "hybrid":
         params["text"] = query_text
         statement = (
             "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s,"
@@ -302,6 +349,23 @@ def applies_access_labels(conn: psycopg.Connection, role: str | None = READER_RO
 
 
 def _hit(row: dict) -> SearchHit:
+    if "hit_ranks" in row:  # a passage (search_passages)
+        return SearchHit(
+            rank=row["rank"],
+            score=row["score"],
+            doc_id=row["doc_id"],
+            start=row["start_offset"],
+            end=row["end_offset"],
+            heading_path=list(row["heading_path"] or []),
+            text=row["text"],
+            kind="passage",
+            chunk_ids=list(row["chunk_ids"]),
+            version=row["version"],
+            model_alias=row["model_alias"],
+            pages=list(row["pages"]) if row.get("pages") else None,
+            hit_ranks=list(row["hit_ranks"]),
+            tokens=row["tokens"],
+        )
     context = "kind" in row  # a small-to-big context (search_context) rather than a chunk
     return SearchHit(
         rank=row["rank"],

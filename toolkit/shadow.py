@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -96,12 +97,10 @@ def _percentile(values: list[float], share: float) -> float:
 def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
     """Questions from JSONL (``{"query": ...}`` per line, labels ignored; ``"tenant"`` optional) or plain text (one
     question a line); each needs a tenant: its own, or ``tenant``."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
-        raise InputError(f"Cannot read {path} ({error.strerror}); check the path.") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text; save it as UTF-8.") from None
+    from toolkit.text.sources import read_text_file
+    from toolkit.validation import QUERY_FILE_BYTES
+
+    lines = read_text_file(path, "question file", QUERY_FILE_BYTES).splitlines()
     found = []
     for number, line in enumerate(lines, 1):
         line = line.strip()
@@ -113,6 +112,12 @@ def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise InputError(f"{path} line {number}: not valid JSON ({error.msg}).") from None
+            except RecursionError:
+                raise InputError(
+                    f"{path} line {number}: JSON nested too deeply to read; write one flat object."
+                ) from None
+            if not isinstance(record, dict):
+                raise InputError(f'{path} line {number}: a JSON line must be an object like {{"query": "..."}}.')
         text, owner = record.get("query"), record.get("tenant", tenant)
         if not isinstance(text, str) or not text.strip():
             raise InputError(f'{path} line {number}: "query" must be the question text.')
@@ -124,11 +129,37 @@ def questions_from_file(path: str | Path, tenant: str | None) -> list[Question]:
     return found
 
 
-def questions_from_log(conn: psycopg.Connection, since: timedelta, tenant: str | None = None) -> list[Question]:
-    """The questions the query log holds from the last ``since`` (toolkit.logged_questions), each once per tenant."""
+# The most logged questions a replay takes by default: each is embedded with both models (the deployer pays), and
+# any reader can log questions, so the log is sampled down to this many.
+MAX_LOGGED_QUESTIONS = 500
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print to a terminal: control, format (bidirectional overrides) and separator characters are
+    shown escaped (``\\x1b``, ``\\u202e``), since logged questions come from any reader."""
+    return "".join(
+        ch
+        if unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn")
+        else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
+
+
+def questions_from_log(
+    conn: psycopg.Connection, since: timedelta, tenant: str | None = None, max_questions: int = MAX_LOGGED_QUESTIONS
+) -> list[Question]:
+    """The questions the query log holds from the last ``since`` (toolkit.logged_questions), each once per tenant,
+    at most ``max_questions`` of them (a uniform random sample when there are more)."""
+    from toolkit.store.query_log import prune_if_permitted
+
+    if not isinstance(max_questions, int) or isinstance(max_questions, bool) or not 1 <= max_questions <= 100_000:
+        raise InputError(f"--max-questions must be a whole number from 1 to 100,000, not {max_questions!r}.")
+    prune_if_permitted(conn)
     start = datetime.now(UTC) - since
     with translate_errors(), conn.transaction():
-        rows = conn.execute("SELECT tenant, question FROM toolkit.logged_questions(%s, %s)", (start, tenant)).fetchall()
+        rows = conn.execute(
+            "SELECT tenant, question FROM toolkit.logged_questions(%s, %s, %s)", (start, tenant, max_questions)
+        ).fetchall()
     if not rows:
         raise InputError(
             f"The query log holds no questions from the last {since}. Turn it on (toolkit query-log --sample-rate "
@@ -158,7 +189,8 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
                 began = time.perf_counter()
                 vector = embedder.embed_query(q.text)
                 embedded = time.perf_counter()
-                hits = search(conn, vector, q.tenant, k, version=version, log=False)
+                # What applications get by default (passages): the question's text goes with its vector.
+                hits = search(conn, vector, q.tenant, k, version=version, log=False, query_text=q.text)
                 timings[version]["embed"].append((embedded - began) * 1000)
                 timings[version]["search"].append((time.perf_counter() - embedded) * 1000)
                 spans[version] = [(h.doc_id, h.start, h.end) for h in hits]
@@ -166,6 +198,9 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
             failed.append(f"{q.tenant}: {q.text[:80]}: {error}")
             continue
         a, c = spans[active], spans[candidate]
+        if not a and not c:  # nothing to compare: an empty (or unknown) tenant is not "the versions agree"
+            failed.append(f"{q.tenant}: {q.text[:80]}: neither version holds a chunk of tenant {q.tenant}")
+            continue
         compared.append(
             Compared(
                 q.tenant,
@@ -177,7 +212,7 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
             )
         )
     if not compared:
-        raise InputError("No question could be replayed: " + "; ".join(failed[:3]))
+        raise InputError("No question could be replayed: " + "; ".join(failed[:3]).rstrip(".") + ".")
     latency = {
         str(v): {
             f"{stage}_{name}_ms": round(_percentile(values, share), 2)
@@ -209,15 +244,17 @@ def shadow_version(
     since: str | timedelta = "1d",
     tenant: str | None = None,
     k: int = 5,
+    max_questions: int = MAX_LOGGED_QUESTIONS,
 ) -> ShadowReport:
     """``shadow`` of the version named by its model (and chunker) or its number (``toolkit.cutover.resolve_version``),
     on the questions of ``queries_path`` (``questions_from_file``) or, without it, of the query log of the last
-    ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``)."""
+    ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``, at most ``max_questions``)."""
     from toolkit.cutover import parse_duration, resolve_version
 
     candidate = resolve_version(conn, model_alias, chunker_spec, version, action="shadow")
     if queries_path:
         questions = questions_from_file(queries_path, tenant)
     else:
-        questions = questions_from_log(conn, since if isinstance(since, timedelta) else parse_duration(since), tenant)
+        lookback = since if isinstance(since, timedelta) else parse_duration(since)
+        questions = questions_from_log(conn, lookback, tenant, max_questions)
     return shadow(conn, candidate, questions, k=k)

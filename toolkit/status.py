@@ -34,10 +34,13 @@ class Overview:
 
 
 def overview(conn: psycopg.Connection) -> Overview:
-    """The versions, the canary and the query log, read in one call each."""
-    from toolkit.store.query_log import query_log_status
+    """The versions, the canary and the query log, read in one call each (``evaluation_current`` is SQL's rule,
+    ``toolkit.version_evaluation_current``, the one cutover applies). Expired or over-cap logged questions are pruned
+    first when the role may: pruning does not depend on logging being on."""
+    from toolkit.store.query_log import prune_if_permitted, query_log_status
     from toolkit.store.versions import version_status
 
+    prune_if_permitted(conn)
     return Overview(version_status(conn), canary_status(conn), query_log_status(conn), document_counts(conn))
 
 

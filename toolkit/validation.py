@@ -75,10 +75,20 @@ class NumberRule:
                 number = float(cleaned)
             except ValueError:
                 raise self.refuse(text) from None
+        if not self.whole and _underflows(cleaned, number):
+            raise self.refuse(text)  # 1e-400 is not 0: it is a typo, not "off"
         try:
             return self.check(number)
         except InputError:
             raise self.refuse(text) from None  # quote what was typed, not its conversion
+
+
+def _underflows(typed: str, number) -> bool:
+    """True when ``typed`` names a non-zero number that a float reads as 0 or as a subnormal (1e-400, 1e-310)."""
+    if isinstance(number, int) or number != number or abs(number) >= 2.2250738585072014e-308:
+        return False
+    mantissa = typed.lower().split("e")[0]
+    return any(digit in "123456789" for digit in mantissa)
 
 
 # One rule per kind of value; the bounds are where a larger value is a typo, not a plan.
@@ -98,6 +108,7 @@ MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
 # toolkit.search_max_k() in SQL; toolkit.search.MAX_K is this bound, and a test keeps the two equal.
 RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
+PASSAGE_TOKENS = NumberRule("the passages' token budget (max_tokens)", 1, 10_000_000)
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
 QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
@@ -115,6 +126,16 @@ SAMPLE_RATE = NumberRule("the sample rate (share of questions)", 0, 1, whole=Fal
 HNSW_M = NumberRule("HNSW m", 2, 100, hint="pgvector's range")
 MEMORY_BYTES = NumberRule("the memory size (bytes)", 1, 1e18, hint="that is more than any server holds")
 CORPUS_COUNT = NumberRule("the count", 0, 1e15, hint="that is more than any corpus holds")
+# What one file may cost to read (toolkit.text.sources.ReadLimits): sizes in bytes, times in seconds.
+FILE_BYTES = NumberRule("the file size limit (bytes)", 1, 1e15)
+PDF_SECONDS = NumberRule("the PDF time limit (seconds per document)", 0, 86_400, whole=False, above_minimum=True)
+PDF_MEMORY_BYTES = NumberRule(
+    "the PDF memory limit (bytes)", 100_000_000, 1e15, hint="the reading process needs about 70 MB to start"
+)
+PDF_PAGES = NumberRule("the PDF page limit", 1, 100_000_000)
+PDF_GLYPHS = NumberRule("the PDF glyph limit (glyphs per page)", 1, 1_000_000_000)
+# A query file holds questions and answers, not a corpus: larger is a mistake (or /dev/zero).
+QUERY_FILE_BYTES = 64_000_000
 # No option of the toolkit takes more text than this in one argument (a path is at most 4,096 bytes on Linux).
 MAX_ARGUMENT_CHARS = 10_000
 
@@ -149,3 +170,107 @@ def key_value(pair: str, keys=None) -> tuple[str, str] | None:
     if not sep or not (key.isidentifier() if keys is None else key in keys):
         return None
     return key, value
+
+
+def model_options(options) -> dict:
+    """A model's provider options as a flat JSON object (``KEY=VALUE`` pairs of text, numbers or booleans), or
+    ``InputError``. Checked in Python before SQL's secret rule (``toolkit.model_secrets``) sees them: a list has no
+    keys to check, and a key nested in an object (``{"extra": {"api_key": ...}}``) would be stored unseen."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        kind = "a list" if isinstance(options, list | tuple) else f"{type(options).__name__}"
+        raise InputError(
+            f'Model options must be a JSON object of KEY: VALUE pairs (e.g. {{"timeout": 30}}), not {kind}.'
+        )
+    for key, value in options.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise InputError(f"The model option name {shown(key)} is not a name; use letters, digits and _.")
+        if isinstance(value, dict | list | tuple):
+            raise InputError(
+                f"The model option {key} holds a nested {'object' if isinstance(value, dict) else 'list'}; options "
+                "are flat KEY=VALUE pairs of text, numbers or booleans."
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"The model option {key} must be a finite number, not {value!r}.")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InputError(f"The model option {key} must be text, a number or a boolean, not {shown(value)}.")
+        if isinstance(value, str):
+            check_text(value, f"the model option {key}")
+    return dict(options)
+
+
+# float32's smallest normal number: a vector whose squared length is below it (1e-45 in every coordinate) has no
+# direction in single precision, where pgvector computes cosine distances: they come out NaN.
+_FLOAT32_TINY = 1.1754944e-38
+
+
+def vector_problem(array) -> tuple[int, str] | None:
+    """(row, why) for the first row of a float32 (n, d) array that cannot be stored or searched as a direction:
+    NaN or infinite values, all zeros, or a squared length that is subnormal or overflows in single precision;
+    None when every row is fine."""
+    import numpy as np
+
+    finite = np.isfinite(array)
+    if not finite.all():
+        return int(np.argwhere(~finite)[0][0]), "has NaN or infinite values"
+    zero = ~array.any(axis=1)
+    if zero.any():
+        return int(np.argmax(zero)), "is all zeros (it has no direction: its cosine distance to anything is NaN)"
+    with np.errstate(over="ignore", under="ignore"):
+        squared = np.einsum("ij,ij->i", array, array, dtype=np.float32)
+    bad = ~(np.isfinite(squared) & (squared >= _FLOAT32_TINY))
+    if bad.any():
+        row = int(np.argmax(bad))
+        size = "too large" if not np.isfinite(squared[row]) else "too small"
+        return row, (
+            f"is {size} to have a direction in single precision (its squared length is {float(squared[row]):.3g}; "
+            "cosine distances to it come out NaN)"
+        )
+    return None
+
+
+def has_booleans(vectors) -> bool:
+    """True when ``vectors`` (an array, or nested lists) holds booleans: ``[true, false, ...]`` is not an embedding,
+    though numpy would read it as ones and zeros."""
+    import numpy as np
+
+    if isinstance(vectors, np.ndarray):
+        return vectors.dtype == np.bool_
+    stack = [vectors]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool | np.bool_):
+            return True
+        if isinstance(item, list | tuple):
+            if item and all(type(x) is float for x in item):
+                continue  # the usual case: a row of floats, checked in one pass
+            stack.extend(item)
+        elif isinstance(item, np.ndarray) and item.dtype == np.bool_:
+            return True
+    return False
+
+
+def query_vector(vector, dimensions: int | None = None):
+    """A query vector given by a caller, as float32, or ``InputError`` with one sentence: it must be one vector of
+    numbers (no booleans), of ``dimensions`` values when given, finite, not all zeros and not so small or large that
+    its direction is lost in single precision (its scores would all be NaN)."""
+    import numpy as np
+
+    if has_booleans(vector):
+        raise InputError("The query vector holds booleans; pass numbers (an embedding), not true/false values.")
+    try:
+        array = np.asarray(vector, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise InputError("The query vector must be one vector of numbers.") from None
+    if array.ndim != 1 or array.size == 0:
+        raise InputError(f"The query vector must be one vector of numbers, not an array of shape {array.shape}.")
+    if dimensions is not None and array.size != dimensions:
+        raise InputError(
+            f"The query vector has {array.size} dimensions; the version searched has {dimensions}. Embed the "
+            "question with the version's model."
+        )
+    problem = vector_problem(array.reshape(1, -1))
+    if problem is not None:
+        raise InputError(f"The query vector {problem[1]}; nothing was searched. Pass the embedding of a question.")
+    return array

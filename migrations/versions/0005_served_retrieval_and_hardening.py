@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL = ["008-operations-settings.sql"]
+INCREMENTAL = ["007-roles-and-query-log-bounds.sql", "008-operations-settings.sql", "009-deletions.sql"]
 
 
 def upgrade() -> None:
@@ -34,6 +34,9 @@ def downgrade() -> None:
         connection,
         "0004",
         replaced=[
+            "toolkit.list_tenant_bindings()",  # 0005 added status and bound_as
+            "toolkit.query_log_status()",  # 0005 added the bounds and their counters
+            "toolkit.logged_questions(timestamptz, text, integer)",  # 0005 added max_questions
             "toolkit.retire_version(integer, text, boolean)",  # ops: gained force
         ],
     )

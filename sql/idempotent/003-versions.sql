@@ -28,8 +28,9 @@ $$;
 
 -- Returns the states from which a version may take part in an action: the one list that SQL's routines and the
 -- CLI's version lookup both ask (live: not retired; serve: complete and indexed; activate, canary, shadow, verify,
--- retire: what the routine of that name accepts; activate-unforced: what it accepts without force; retire-by-age:
--- what toolkit retire picks by age, never a version awaiting verification or cutover).
+-- retire: what the routine of that name accepts; activate-unforced: what it accepts without force;
+-- verification-counts: where a passing verification still counts, toolkit.version_evaluation_current;
+-- retire-by-age: what toolkit retire picks by age, never a version awaiting verification or cutover).
 CREATE OR REPLACE FUNCTION toolkit.version_states(action text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -49,12 +50,14 @@ BEGIN
         WHEN 'shadow' THEN ARRAY['ready', 'verified', 'standby']
         WHEN 'canary' THEN ARRAY['ready', 'verified']
         WHEN 'retire' THEN ARRAY['building', 'ready', 'verified', 'standby']
+        WHEN 'verification-counts' THEN ARRAY['verified', 'active', 'standby']
         WHEN 'retire-by-age' THEN ARRAY['building', 'standby']
     END;
     IF states IS NULL THEN
         RAISE EXCEPTION 'no version action is called %', quote_nullable(action)
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Name one of live, serve, verify, activate, activate-unforced, shadow, canary, retire, retire-by-age.';
+                  HINT = 'Name one of live, serve, verify, activate, activate-unforced, shadow, canary, retire, '
+                      'verification-counts, retire-by-age.';
     END IF;
     RETURN states;
 END
@@ -106,14 +109,14 @@ DECLARE
     tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
 BEGIN
     PERFORM toolkit._secure_tenant_table(tbl);
-    -- Restrictive: a labelled row is visible only to principals holding one of its labels.
-    EXECUTE format('DROP POLICY IF EXISTS access_labels ON %s', tbl);
-    EXECUTE format(
-        'CREATE POLICY access_labels ON %s AS RESTRICTIVE FOR SELECT TO public'
-        ' USING (cardinality(access_labels) = 0'
-        ' OR access_labels OPERATOR(pg_catalog.&&) (SELECT toolkit.current_principals())'
-        ' OR (SELECT toolkit._is_service_role()))', tbl);
+    PERFORM toolkit._secure_access_labels(tbl);
     PERFORM toolkit._grant_version_table(target);
+    -- Any change to the rows, by any path (ingest, backfill, a direct UPDATE by the writer), makes the version's
+    -- verification stale: the trigger records it in the registry, which no role below the owner can switch off.
+    EXECUTE format('DROP TRIGGER IF EXISTS version_rows_changed ON %s', tbl);
+    EXECUTE format(
+        'CREATE TRIGGER version_rows_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s'
+        ' FOR EACH STATEMENT EXECUTE FUNCTION toolkit._version_rows_changed(%L)', tbl, target);
     UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
 $$;
@@ -136,6 +139,54 @@ BEGIN
 END
 $$;
 
+-- Trigger (per statement, on every chunk table; its argument is the version): records that the version's rows
+-- changed, so a verification made before no longer counts (a verified version goes back to ready). A building
+-- version has none to lose: its writes leave the registry row alone, and mark_version_ready records the change.
+-- Definer: records the change in toolkit.versions, which the writer may not write directly.
+CREATE OR REPLACE FUNCTION toolkit._version_rows_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target integer := tg_argv[0]::integer;
+BEGIN
+    IF (SELECT v.state FROM toolkit.versions AS v WHERE v.version = target) IS DISTINCT FROM 'building' THEN
+        PERFORM toolkit.touch_version(target);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Waits (within a lock timeout) for the transactions that changed a version's rows and have not committed yet, so
+-- a verification that starts now sees their rows, or is older than their change; raises naming them otherwise.
+-- The lock is taken in a subtransaction that is rolled back at once: nothing is held afterwards.
+CREATE OR REPLACE FUNCTION toolkit._await_version_changes(target integer, timeout text DEFAULT '10s')
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    BEGIN
+        PERFORM set_config('lock_timeout', timeout, true);
+        PERFORM FROM toolkit.versions AS v WHERE v.version = target FOR SHARE;
+        RAISE EXCEPTION 'released' USING ERRCODE = 'TKW00';
+    EXCEPTION
+        WHEN SQLSTATE 'TKW00' THEN
+            NULL;
+        WHEN lock_not_available THEN
+            RAISE EXCEPTION 'version % has changes to its rows that have not been committed for %: %', target, timeout,
+                toolkit._lock_holders('toolkit.versions')
+                USING ERRCODE = 'lock_not_available',
+                      HINT = 'A verification must see every change it vouches for: retry when that transaction ends.';
+    END;
+END
+$$;
+
 -- Identifies the current definition of the chunk tables' security (a hash of the functions that apply it).
 CREATE OR REPLACE FUNCTION toolkit._version_security_definition()
 RETURNS text
@@ -147,7 +198,10 @@ AS $$
     SELECT md5(string_agg(p.prosrc, E'\n' ORDER BY p.proname))
     FROM pg_catalog.pg_proc AS p
     WHERE p.pronamespace = 'toolkit'::regnamespace
-        AND p.proname IN ('_secure_tenant_table', '_secure_version_table', 'current_tenant', 'current_principals')
+        AND p.proname IN (
+            '_secure_tenant_table', '_secure_access_labels', '_secure_version_table', 'current_tenant',
+            'current_principals'
+        )
 $$;
 
 -- Creates a version for a model and chunker, and its chunks_vN table; returns the version number.
@@ -458,9 +512,11 @@ BEGIN
                   HINT = 'Finish the backfill first: toolkit backfill --resume.';
     END IF;
     PERFORM toolkit._require_valid_index(target);
+    -- Its rows were written while it was building (when the trigger leaves the registry alone): that is a change.
+    UPDATE toolkit.versions SET content_changed_at = clock_timestamp() WHERE version = target AND state = 'building';
     PERFORM toolkit._set_version_state(target, 'ready');
-    -- A ready version can be searched (pinned): it joins toolkit.live_chunks.
-    PERFORM toolkit._replace_live_view();
+    -- A ready version can be searched (pinned): it joins toolkit.live_chunks (retrying briefly: never queue readers).
+    PERFORM toolkit._replace_live_view_patiently();
 END
 $$;
 
@@ -474,12 +530,19 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- The canary would silently stop (a building version is not served) while its share stayed recorded.
+    IF EXISTS (SELECT FROM toolkit.traffic_split AS s WHERE s.candidate = target) THEN
+        RAISE EXCEPTION 'version % serves a canary and cannot go back to building', target
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'The deployer ends the canary first: toolkit canary --off (or toolkit rollback).';
+    END IF;
     PERFORM toolkit._set_version_state(target, 'building');
-    PERFORM toolkit._replace_live_view();
+    PERFORM toolkit._replace_live_view_patiently();
 END
 $$;
 
--- Records that a version's contents changed: a verification older than this no longer counts.
+-- Records that a version's contents changed: a verification older than this no longer counts (the trigger on every
+-- chunk table calls it; ingest calls it too). A running canary of the version is audited as now unverified.
 -- Definer: records the change in toolkit.versions, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.touch_version(target integer)
 RETURNS void
@@ -488,10 +551,22 @@ VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    canary record;
 BEGIN
     UPDATE toolkit.versions SET content_changed_at = clock_timestamp() WHERE version = target;
     IF (SELECT v.state FROM toolkit.versions AS v WHERE v.version = target) = 'verified' THEN
         PERFORM toolkit._set_version_state(target, 'ready');
+        -- A canary keeps serving the changed rows: its verification no longer vouches for them, which the audit
+        -- log records (once per verification) and status shows.
+        SELECT * INTO canary FROM toolkit.traffic_split AS s WHERE s.candidate = target;
+        IF FOUND THEN
+            INSERT INTO toolkit.cutovers (action, from_version, to_version, forced, evaluation_id, reason, details)
+            VALUES ('canary', (SELECT x.version FROM toolkit.versions AS x WHERE x.state = 'active'), target, false,
+                canary.evaluation_id, 'the candidate''s rows changed under the canary',
+                jsonb_build_object('percent', canary.percent, 'tenants', to_jsonb(canary.tenants),
+                    'verification', 'stale', 'changed_by', session_user::text));
+        END IF;
     END IF;
 END
 $$;
@@ -521,4 +596,23 @@ AS $$
     FROM toolkit.versions AS v
     WHERE v.state = ANY (toolkit.version_states('live'))
     ORDER BY v.version
+$$;
+
+-- Whether ingest leaves a version's new rows without embeddings, for its backfill to embed: a building version of a
+-- priced model (a backfill stopped by --max-cost must not keep being embedded into, at the model's price, by every
+-- ingest; the backfill that resumes it embeds them under its own budget). Served versions are always embedded.
+-- Definer: reads the model's price, which an application may not read.
+CREATE OR REPLACE FUNCTION toolkit.embedding_deferred(target integer)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((
+        SELECT v.state = 'building' AND m.price_per_million_tokens > 0
+        FROM toolkit.versions AS v
+        INNER JOIN toolkit.models AS m ON v.model_alias = m.alias
+        WHERE v.version = target
+    ), false)
 $$;

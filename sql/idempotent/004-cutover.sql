@@ -147,20 +147,78 @@ BEGIN
 END
 $$;
 
--- The passing evaluation that lets a version go live: the newest passing one made after its last change.
+-- The passing evaluation that lets a version go live: the newest passing one made after its last change, with the
+-- retrieval applications get (served_retrieval: a verification of another retrieval measured something else).
 CREATE OR REPLACE FUNCTION toolkit._passing_evaluation(target integer)
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT e.evaluation_id
-    FROM toolkit.evaluations AS e
-    INNER JOIN toolkit.versions AS v ON e.version = v.version
-    WHERE e.version = target AND e.passed AND e.created_at >= v.content_changed_at
-    ORDER BY e.created_at DESC
-    LIMIT 1
+BEGIN
+    -- plpgsql: served_retrieval() is defined later (011-lexical.sql), and a SQL function's body is checked when made.
+    RETURN (
+        SELECT e.evaluation_id
+        FROM toolkit.evaluations AS e
+        INNER JOIN toolkit.versions AS v ON e.version = v.version
+        WHERE e.version = target AND e.passed AND e.created_at >= v.content_changed_at
+            AND e.gate ->> 'retrieval' IS NOT DISTINCT FROM toolkit.served_retrieval()
+        ORDER BY e.created_at DESC
+        LIMIT 1
+    );
+END
+$$;
+
+-- Whether a version's verification currently counts: it is verified, active or standby, and its newest passing
+-- evaluation is newer than its last change of contents. The one rule that status, cutover and canary ask.
+-- Definer: reads toolkit.evaluations, which the writer may not read.
+CREATE OR REPLACE FUNCTION toolkit.version_evaluation_current(target integer)
+RETURNS boolean
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((
+        SELECT v.state = ANY (toolkit.version_states('verification-counts'))
+            AND toolkit._passing_evaluation(v.version) IS NOT NULL
+        FROM toolkit.versions AS v WHERE v.version = target
+    ), false)
+$$;
+
+-- Rebuilds toolkit.live_chunks like _replace_live_view, but waits for the view's lock only briefly and retries
+-- (as cutover does): a reader holding the view stalls this call, never the readers queued behind it. Gives up after
+-- the attempts, naming the holder.
+CREATE OR REPLACE FUNCTION toolkit._replace_live_view_patiently(
+    lock_timeout_ms integer DEFAULT 100, attempts integer DEFAULT 60
+)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    saved text := current_setting('lock_timeout');
+BEGIN
+    FOR attempt IN 1 .. attempts LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', lock_timeout_ms || 'ms', true);
+            LOCK TABLE toolkit.live_chunks IN ACCESS EXCLUSIVE MODE;
+            PERFORM set_config('lock_timeout', saved, true);
+            PERFORM toolkit._replace_live_view();
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            -- The subtransaction is rolled back: the queued request is gone, readers go on while this one sleeps.
+            PERFORM pg_sleep(least(0.02 * 2 ^ least(attempt, 10), 0.5));
+        END;
+    END LOOP;
+    RAISE EXCEPTION 'changing toolkit.live_chunks found it held in % attempts of % ms: held by %', attempts,
+        lock_timeout_ms, toolkit._lock_holders('toolkit.live_chunks')
+        USING ERRCODE = 'lock_not_available',
+              HINT = 'A reader keeps a transaction open on toolkit.live_chunks: retry when it ends (keep reads short).';
+END
 $$;
 
 -- Makes a version active: the gate (a passing verification newer than its last change) unless forced.
@@ -198,11 +256,14 @@ BEGIN
     END IF;
     -- The gate: verified (or a standby version going back live) with a passing evaluation newer than
     -- the version's last change of contents.
-    IF NOT force AND (v.state <> ALL (toolkit.version_states('activate-unforced')) OR passing_evaluation IS NULL) THEN
-        RAISE EXCEPTION 'version % has no passing verification newer than its last change (state %)',
-            target, v.state
+    IF NOT force AND (v.state <> ALL (toolkit.version_states('activate-unforced'))
+        OR NOT toolkit.version_evaluation_current(target)) THEN
+        RAISE EXCEPTION 'version % has no passing verification newer than its last change (state %)', target, v.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).';
+                  HINT = CASE WHEN passing_evaluation IS NOT NULL AND v.state = 'ready'
+                      THEN 'It passed one, but went back to ready since (a rollback): that one no longer counts. '
+                      ELSE '' END
+                      || 'Run toolkit verify for it, or cut over with --force (recorded in the audit log).';
     END IF;
     PERFORM toolkit._require_valid_index(target);
 
@@ -491,7 +552,7 @@ BEGIN
             last_evaluated_at := NULL;
             last_recall := NULL;
         END IF;
-        evaluation_current := toolkit._passing_evaluation(v.version) IS NOT NULL;
+        evaluation_current := toolkit.version_evaluation_current(v.version);
         RETURN NEXT;
     END LOOP;
 END

@@ -124,7 +124,7 @@ BEGIN
                       HINT = CASE v.state WHEN 'active' THEN 'It already serves every request.'
                           ELSE 'A candidate must be fully embedded and indexed (ready) and verified.' END;
         END IF;
-        passing := toolkit._passing_evaluation(candidate);
+        passing := CASE WHEN toolkit.version_evaluation_current(candidate) THEN toolkit._passing_evaluation(candidate) END;
         IF NOT force AND passing IS NULL THEN
             RAISE EXCEPTION 'version % has no passing verification newer than its last change', candidate
                 USING ERRCODE = 'object_not_in_prerequisite_state',

@@ -59,8 +59,8 @@ AS $$
     FROM totals AS t
 $$;
 
--- Runs every labelled query against a version (pinned search, the tenant set) and returns the mean of each metric
--- and, per query, whether a whole answer was in the top k.
+-- Runs every labelled query against a version through the served retrieval (search_passages, pinned, the tenant
+-- set) and returns the mean of each metric and, per query, whether a whole answer was in the top k.
 CREATE OR REPLACE FUNCTION toolkit._evaluate_side(target integer, queries jsonb, embedding_key text, k integer)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -84,8 +84,8 @@ BEGIN
         END IF;
         EXECUTE format(
             'SELECT coalesce(jsonb_agg(jsonb_build_object(''doc_id'', s.doc_id, ''start'', s.start_offset,'
-            ' ''end'', s.end_offset) ORDER BY s.rank), ''[]'') FROM toolkit.search_chunks(($1 ->> %L)::%s.vector, $2,'
-            ' ''{}'', NULL, $3) AS s', embedding_key, toolkit._vector_schema())
+            ' ''end'', s.end_offset) ORDER BY s.rank), ''[]'') FROM toolkit.search_passages($1 ->> ''query'','
+            ' ($1 ->> %L)::%s.vector, $2, ''{}'', NULL, $3) AS s', embedding_key, toolkit._vector_schema())
         INTO retrieved USING q, k, target;
         scores := toolkit._score_spans(retrieved, q -> 'answers', k);
         FOR metric IN SELECT jsonb_object_keys(scores) LOOP
@@ -171,6 +171,8 @@ BEGIN
         RAISE EXCEPTION 'the tenant whose documents the queries are about must be given'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A change of its rows not yet committed would be neither seen nor newer than this verification: wait for it.
+    PERFORM toolkit._await_version_changes(candidate);
     SELECT v.content_changed_at INTO changed_before FROM toolkit.versions AS v WHERE v.version = candidate;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'version % does not exist', candidate
@@ -220,7 +222,7 @@ BEGIN
         jsonb_build_object('candidate', cand, 'baseline', base, 'tenant', tenant, 'wins', wins, 'losses', losses),
         cardinality(reasons) = 0, active,
         jsonb_build_object('min_recall', min_recall, 'max_drop', max_drop, 'min_queries', min_queries,
-            'reasons', to_jsonb(reasons)),
+            'reasons', to_jsonb(reasons), 'retrieval', toolkit.served_retrieval()),
         started);
     RETURN new_id;
 END

@@ -28,21 +28,64 @@ BEGIN
 END
 $$;
 
--- The query log's settings and size: sample rate, retention, logged questions and the oldest one.
+-- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
+DROP FUNCTION IF EXISTS toolkit.query_log_status();
+
+-- The query log's settings, bounds and size: sample rate, retention, logged questions and the oldest one, the row
+-- cap and the rate per login, and how many questions the bounds kept out (skipped over the rate, pruned over the cap).
 -- Definer: reads the settings and counts every tenant's logged questions.
 CREATE OR REPLACE FUNCTION toolkit.query_log_status()
-RETURNS TABLE (sample_rate double precision, retention interval, questions bigint, oldest timestamptz)
+RETURNS TABLE (
+    sample_rate double precision,
+    retention interval,
+    questions bigint,
+    oldest timestamptz,
+    max_rows bigint,
+    max_per_minute integer,
+    skipped_over_rate bigint,
+    pruned_over_cap bigint,
+    last_pruned_at timestamptz
+)
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.sample_rate, s.retention, (SELECT count(*) FROM toolkit.query_log),
-        (SELECT min(q.logged_at) FROM toolkit.query_log AS q)
+        (SELECT min(q.logged_at) FROM toolkit.query_log AS q), s.max_rows, s.max_per_minute, s.skipped_over_rate,
+        s.pruned_over_cap, nullif(s.last_pruned_at, '-infinity')
     FROM toolkit.query_log_settings AS s
 $$;
 
--- Deletes logged questions older than the retention period; returns how many.
+-- Sets the query log's bounds: the most questions kept (pruning deletes the oldest beyond it) and the most one login
+-- may log per minute (log_query skips the rest); NULL keeps a bound. Returns the settings.
+-- Definer: writes the settings table, which only the owner may write.
+CREATE OR REPLACE FUNCTION toolkit.set_query_log_bounds(rows_kept bigint DEFAULT NULL, per_minute integer DEFAULT NULL)
+RETURNS TABLE (max_rows bigint, max_per_minute integer)
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF rows_kept IS NOT NULL AND NOT (rows_kept BETWEEN 1 AND 1000000000) THEN
+        RAISE EXCEPTION 'the query log''s row cap must be from 1 to 1,000,000,000, not %', rows_kept
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF per_minute IS NOT NULL AND NOT (per_minute BETWEEN 1 AND 1000000) THEN
+        RAISE EXCEPTION 'the query log''s rate per login must be from 1 to 1,000,000 a minute, not %', per_minute
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE toolkit.query_log_settings AS s
+    SET max_rows = coalesce(rows_kept, s.max_rows), max_per_minute = coalesce(per_minute, s.max_per_minute),
+        changed_at = clock_timestamp();
+    RETURN QUERY SELECT s.max_rows, s.max_per_minute FROM toolkit.query_log_settings AS s;
+END
+$$;
+
+-- Deletes logged questions older than the retention period, then the oldest beyond the row cap; returns how many.
+-- Runs from log_query (at most once a minute), from toolkit status, shadow and query-log, and whenever the owner
+-- schedules it (pg_cron): with logging off, expired questions are still removed.
 -- Definer: deletes every tenant's expired rows.
 CREATE OR REPLACE FUNCTION toolkit.prune_query_log()
 RETURNS bigint
@@ -52,20 +95,32 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    deleted bigint;
+    expired bigint;
+    over_cap bigint := 0;
+    cap bigint := (SELECT s.max_rows FROM toolkit.query_log_settings AS s);
+    cutoff timestamptz;
 BEGIN
     DELETE FROM toolkit.query_log AS q
     WHERE q.logged_at < clock_timestamp() - (SELECT s.retention FROM toolkit.query_log_settings AS s);
-    GET DIAGNOSTICS deleted = ROW_COUNT;
-    UPDATE toolkit.query_log_settings SET last_pruned_at = clock_timestamp();
-    RETURN deleted;
+    GET DIAGNOSTICS expired = ROW_COUNT;
+    SELECT q.logged_at INTO cutoff FROM toolkit.query_log AS q ORDER BY q.logged_at DESC OFFSET cap LIMIT 1;
+    IF cutoff IS NOT NULL THEN
+        DELETE FROM toolkit.query_log AS q WHERE q.logged_at <= cutoff;
+        GET DIAGNOSTICS over_cap = ROW_COUNT;
+    END IF;
+    UPDATE toolkit.query_log_settings AS s
+    SET last_pruned_at = clock_timestamp(), pruned_over_cap = s.pruned_over_cap + over_cap;
+    RETURN expired + over_cap;
 END
 $$;
 
--- Logs one served question for the transaction's tenant when logging is on, and (at most hourly) prunes expired
--- ones; the caller decides the sample (toolkit.query_log_sample_rate()). Returns whether it was logged.
--- results is [{doc_id, start, end, rank, score}]. On a read-only hot standby nothing can be written: the question is
--- skipped, counted in the session's toolkit.query_log_skipped setting, and the search goes on (returns false).
+-- Logs one served question for the transaction's tenant when logging is on; the caller decides the sample
+-- (toolkit.query_log_sample_rate()). Every field is checked (a served version, k within search's bounds, results a
+-- JSON array of at most search_max_k() entries of at most 4 kB each, kept to the leading 64 kB, a finite latency, a
+-- request key of at most 256 bytes; the question is cut to 10,000 characters); a login past its rate per minute is skipped and counted, not refused; expired and
+-- over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged: the
+-- question is skipped and counted in the session's toolkit.query_log_skipped setting (the search goes on). Returns whether
+-- it was logged. results is [{doc_id, start, end, rank, score}].
 -- Definer: an application may append to the log but never read or change it.
 CREATE OR REPLACE FUNCTION toolkit.log_query(
     question text,
@@ -83,9 +138,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     tenant text := toolkit.current_tenant();
-    alias text;
+    settings record;
+    v record;
+    recent bigint;
 BEGIN
-    IF tenant IS NULL OR (SELECT s.sample_rate FROM toolkit.query_log_settings AS s) = 0 THEN
+    SELECT * INTO settings FROM toolkit.query_log_settings AS s;
+    IF tenant IS NULL OR settings.sample_rate = 0 THEN
         RETURN false;
     END IF;
     IF pg_is_in_recovery() THEN
@@ -93,19 +151,60 @@ BEGIN
             (coalesce(nullif(current_setting('toolkit.query_log_skipped', true), ''), '0')::bigint + 1)::text, false);
         RETURN false;
     END IF;
-    IF question IS NULL OR question = '' OR results IS NULL OR jsonb_typeof(results) <> 'array' THEN
+    IF question IS NULL OR btrim(question) = '' OR results IS NULL OR jsonb_typeof(results) <> 'array' THEN
         RAISE EXCEPTION 'a logged query needs its question and its results (a JSON array)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT v.model_alias INTO alias FROM toolkit.versions AS v WHERE v.version = served_version;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'version % does not exist', served_version USING ERRCODE = 'undefined_object';
+    PERFORM toolkit._check_k(k);
+    IF jsonb_array_length(results) > toolkit.search_max_k() THEN
+        RAISE EXCEPTION 'a logged query''s results hold % entries; a search returns at most %',
+            jsonb_array_length(results), toolkit.search_max_k()
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO toolkit.query_log AS q (tenant, request_key, question, version, model_alias, k, results, latency_ms)
-    VALUES (tenant, request_key, left(question, 10000), served_version, alias, k, results, latency_ms);
-    -- One session prunes per hour; the others skip the settings row instead of waiting for it.
+    IF EXISTS (SELECT FROM jsonb_array_elements(results) AS e WHERE octet_length(e.value::text) > 4096) THEN
+        RAISE EXCEPTION 'a logged query''s result entry takes more than 4,096 bytes'
+            USING ERRCODE = 'program_limit_exceeded', HINT = 'Log what was served: doc_id, start, end, rank, score.';
+    END IF;
+    -- A row holds at most 64 kB of results: the leading entries that fit (a legitimate k of 1,000 may not).
+    IF octet_length(results::text) > 65536 THEN
+        SELECT coalesce(jsonb_agg(x.value ORDER BY x.n), '[]') INTO results
+        FROM (
+            SELECT e.value, e.n, sum(octet_length(e.value::text) + 2) OVER (ORDER BY e.n) AS running
+            FROM jsonb_array_elements(results) WITH ORDINALITY AS e (value, n)
+        ) AS x
+        WHERE x.running <= 65000;
+    END IF;
+    IF latency_ms IS NOT NULL AND NOT (latency_ms >= 0 AND latency_ms <= 86400000) THEN
+        RAISE EXCEPTION 'a logged query''s latency must be from 0 to 86,400,000 ms, not %', latency_ms
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF octet_length(request_key) > 256 THEN
+        RAISE EXCEPTION 'a logged query''s request key takes % bytes; at most 256 are kept', octet_length(request_key)
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    SELECT x.model_alias, x.state INTO v FROM toolkit.versions AS x WHERE x.version = served_version;
+    IF NOT FOUND OR v.state <> ALL (toolkit.version_states('serve')) THEN
+        RAISE EXCEPTION 'version % serves no questions (%)', coalesce(served_version::text, 'NULL'),
+            coalesce(v.state, 'it does not exist')
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Log the version that served the question.';
+    END IF;
+    SELECT count(*) INTO recent FROM (
+        SELECT FROM toolkit.query_log AS q
+        WHERE q.logged_by = session_user AND q.logged_at > clock_timestamp() - INTERVAL '1 minute'
+        LIMIT settings.max_per_minute
+    ) AS r;
+    IF recent >= settings.max_per_minute THEN
+        UPDATE toolkit.query_log_settings AS s SET skipped_over_rate = s.skipped_over_rate + 1;
+        RETURN false;
+    END IF;
+    INSERT INTO toolkit.query_log AS q (
+        tenant, request_key, question, version, model_alias, k, results, latency_ms, logged_by
+    )
+    VALUES (tenant, request_key, left(question, 10000), served_version, v.model_alias, k, results, latency_ms,
+        session_user);
+    -- One session prunes per minute; the others skip the settings row instead of waiting for it.
     PERFORM FROM toolkit.query_log_settings AS s
-    WHERE s.last_pruned_at < clock_timestamp() - INTERVAL '1 hour'
+    WHERE s.last_pruned_at < clock_timestamp() - INTERVAL '1 minute'
     FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
         PERFORM toolkit.prune_query_log();
@@ -126,9 +225,16 @@ AS $$
     SELECT s.sample_rate FROM toolkit.query_log_settings AS s
 $$;
 
--- Logged questions since a time, for replay (toolkit shadow --from-log): tenant, question, served version, results.
+-- Its arguments gained max_questions in this release: the old signature is dropped (it would be an ambiguous overload).
+DROP FUNCTION IF EXISTS toolkit.logged_questions(timestamptz, text);
+
+-- Logged questions since a time, for replay (toolkit shadow --from-log): tenant, question, served version, results;
+-- each distinct (tenant, question) once, at most max_questions of them, a uniform random sample when there are more
+-- (a reader who floods the log cannot make the deployer replay all of it).
 -- Definer: reads every tenant's logged questions, which only the owner may read directly.
-CREATE OR REPLACE FUNCTION toolkit.logged_questions(since timestamptz, only_tenant text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION toolkit.logged_questions(
+    since timestamptz, only_tenant text DEFAULT NULL, max_questions integer DEFAULT 500
+)
 RETURNS TABLE (
     tenant text,
     logged_at timestamptz,
@@ -139,13 +245,26 @@ RETURNS TABLE (
     results jsonb,
     latency_ms double precision
 )
-LANGUAGE sql
-STABLE
+LANGUAGE plpgsql
+VOLATILE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT q.tenant, q.logged_at, q.question, q.version, q.model_alias, q.k, q.results, q.latency_ms
-    FROM toolkit.query_log AS q
-    WHERE q.logged_at >= since AND (only_tenant IS NULL OR q.tenant = only_tenant)
-    ORDER BY q.logged_at, q.tenant, q.query_id
+BEGIN
+    IF max_questions IS NULL OR max_questions < 1 OR max_questions > 100000 THEN
+        RAISE EXCEPTION 'max_questions must be from 1 to 100,000, not %', coalesce(max_questions::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM toolkit._service_access();  -- a bound login given the deployer role reads no tenant's questions
+    RETURN QUERY
+    SELECT d.tenant, d.logged_at, d.question, d.version, d.model_alias, d.k, d.results, d.latency_ms
+    FROM (
+        SELECT DISTINCT ON (q.tenant, q.question) q.*
+        FROM toolkit.query_log AS q
+        WHERE q.logged_at >= since AND (only_tenant IS NULL OR q.tenant = only_tenant)
+        ORDER BY q.tenant, q.question, q.logged_at DESC
+    ) AS d
+    ORDER BY random()
+    LIMIT max_questions;
+END
 $$;

@@ -3,9 +3,18 @@
 -- hybrid_search_chunks does.
 SET LOCAL ROLE toolkit_owner;
 
--- Returns the lexical defaults: BM25's k1 and b, the RRF constant and the candidates per list.
-CREATE OR REPLACE FUNCTION toolkit.lexical_settings()
-RETURNS TABLE (k1 double precision, b double precision, rrf_k integer, candidates integer)
+-- Returns the served retrieval's settings: BM25's k1 and b, the RRF constant and the candidates per list, the hits
+-- fetched per passage and a passage's token budget in mean chunks. search_passages, the verification and the
+-- offline evaluation all read them here.
+CREATE OR REPLACE FUNCTION toolkit.retrieval_settings()
+RETURNS TABLE (
+    k1 double precision,
+    b double precision,
+    rrf_k integer,
+    candidates integer,
+    hits_per_passage integer,
+    passage_chunks double precision
+)
 LANGUAGE sql
 IMMUTABLE
 PARALLEL SAFE
@@ -14,8 +23,36 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     -- Measured in docs/evaluation.md (bench/quality.py --lexical-study): k1 1.2 and b 0.75, BM25's usual
     -- constants, were best or within a question of it; rrf_k 10 fused best on both labelled sets (60, the usual
-    -- constant, lost 4.7 and 6.8 points of span recall); 100 candidates per list gained nothing over 50.
-    SELECT 1.2::float8, 0.75::float8, 10, 50;
+    -- constant, lost 4.7 and 6.8 points of span recall); 100 candidates per list gained nothing over 50. Passages:
+    -- 4 hits fetched per passage and a budget of k x 1.5 mean chunks (docs/evaluation.md, "Served passages").
+    SELECT 1.2::float8, 0.75::float8, 10, 50, 4, 1.5::float8;
+$$;
+
+-- Returns the lexical defaults (retrieval_settings' first four columns), for callers of earlier releases.
+CREATE OR REPLACE FUNCTION toolkit.lexical_settings()
+RETURNS TABLE (k1 double precision, b double precision, rrf_k integer, candidates integer)
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.k1, s.b, s.rrf_k, s.candidates FROM toolkit.retrieval_settings() AS s;
+$$;
+
+-- Names the retrieval applications get by default (search_passages with retrieval_settings()): a verification
+-- records it, and one recorded with another retrieval no longer lets a version go live.
+CREATE OR REPLACE FUNCTION toolkit.served_retrieval()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('passages:hybrid:k1=%s:b=%s:rrf_k=%s:candidates=%s:hits_per_passage=%s:passage_chunks=%s',
+        s.k1, s.b, s.rrf_k, s.candidates, s.hits_per_passage, s.passage_chunks)
+    FROM toolkit.retrieval_settings() AS s;
 $$;
 
 -- Returns the text a chunk's full-text index is built from (the fts column of every chunks_vN).

@@ -248,4 +248,244 @@ BEGIN
 END
 $$;
 
+-- Whether two spans of a document touch: they overlap, or only whitespace lies between them in the document's text.
+-- The document is read under the caller's row-level security; one that cannot be read touches nothing.
+CREATE OR REPLACE FUNCTION toolkit._spans_touch(
+    tenant text, doc_id text, start_a integer, end_a integer, start_b integer, end_b integer
+)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    gap_start integer;
+    gap_end integer;
+    blank boolean;
+BEGIN
+    IF (start_a, end_a) <= (start_b, end_b) THEN
+        gap_start := end_a;
+        gap_end := start_b;
+    ELSE
+        gap_start := end_b;
+        gap_end := start_a;
+    END IF;
+    IF gap_end <= gap_start THEN
+        RETURN true;
+    END IF;
+    -- ASCII whitespace only (space, tab, line feed, carriage return, form feed, vertical tab), as Python's
+    -- toolkit.evaluation.retrieval.touches checks it.
+    SELECT substr(d.raw_text, gap_start + 1, gap_end - gap_start) ~ E'^[ \\t\\n\\r\\f\\v]*$' INTO blank
+    FROM toolkit.documents AS d
+    WHERE d.tenant = _spans_touch.tenant AND d.doc_id = _spans_touch.doc_id;
+    RETURN coalesce(blank, false);
+END
+$$;
+
+-- The tokens of a passage made of several chunks: its length in characters at the members' own tokens per
+-- character (sum of their token counts over the sum of their lengths), rounded up. One chunk: its token count.
+CREATE OR REPLACE FUNCTION toolkit._passage_tokens(
+    span_chars integer, member_tokens bigint, member_chars bigint
+)
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN member_chars <= 0 THEN member_tokens::integer
+        ELSE ((span_chars::bigint * member_tokens + member_chars - 1) / member_chars)::integer END;
+$$;
+
+-- The served retrieval. Hybrid hits of one version (hybrid_search_chunks: hits_per_passage x k of them, pinned,
+-- filtered, under row-level security) assembled into at most k passages within a token budget: a hit that overlaps
+-- or touches (only whitespace between) passages of its document joins them, so no text is handed over twice; a hit
+-- that would take the total past the budget is skipped and the next one tried; once k passages are open, later hits
+-- only extend them. The budget is max_tokens, or k x passage_chunks x the tenant's mean chunk tokens
+-- (retrieval_settings). A passage's text is cut from its document's raw text (its chunks' own text when the
+-- document cannot be read); it keeps its best hit's score and heading path, its chunks and their hit ranks, and
+-- the union of their pages. toolkit.evaluation.retrieval.assemble does the same offline (tests/test_retrieval_sql.py).
+CREATE OR REPLACE FUNCTION toolkit.search_passages(
+    query_text text,
+    query_embedding vector,
+    k integer DEFAULT 5,
+    filters jsonb DEFAULT '{}',
+    query_model text DEFAULT NULL,
+    query_version integer DEFAULT NULL,
+    max_tokens integer DEFAULT NULL
+)
+RETURNS TABLE (
+    rank integer,
+    score double precision,
+    doc_id text,
+    start_offset integer,
+    end_offset integer,
+    heading_path text[],
+    text text,
+    tokens integer,
+    chunk_ids text[],
+    hit_ranks integer[],
+    version integer,
+    model_alias text,
+    pages integer[]
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    search_tenant text := toolkit._search_tenant();
+    settings record;
+    target record;
+    budget integer;
+    total integer := 0;
+    hit record;
+    -- Open passages, best first: {doc, s, e, tokens, member_tokens, member_chars, best, members: [hits]}.
+    open_passages jsonb := '[]';
+    p jsonb;
+    i integer;
+    joined integer[];
+    merged jsonb;
+    new_tokens integer;
+    new_total integer;
+    member jsonb;
+    body text;
+    covered integer;
+BEGIN
+    PERFORM toolkit._check_k(k);
+    IF max_tokens IS NOT NULL AND max_tokens < 1 THEN
+        RAISE EXCEPTION 'max_tokens must be 1 or more, not %', max_tokens USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO settings FROM toolkit.retrieval_settings();
+    SELECT * INTO target FROM toolkit._search_target(query_embedding, search_passages.query_model, query_version);
+    budget := max_tokens;
+    IF budget IS NULL THEN
+        BEGIN
+            EXECUTE format(
+                'SELECT ceil($2 * $3 * coalesce(avg(c.token_count), 0))::integer FROM toolkit.%I AS c'
+                ' WHERE c.tenant = $1 AND NOT c.is_parent', target.chunk_table)
+            INTO budget USING search_tenant, k, settings.passage_chunks;
+        EXCEPTION WHEN undefined_table THEN
+            PERFORM toolkit._version_gone(target.version);
+        END;
+    END IF;
+
+    BEGIN
+        FOR hit IN EXECUTE format(
+            'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.start_offset AS s, h.end_offset AS e, h.heading_path,'
+            ' h.text, h.pages, c.token_count'
+            ' FROM toolkit.hybrid_search_chunks($1, $2, $3, $4, query_version => $5) AS h'
+            ' INNER JOIN toolkit.%I AS c ON c.tenant = $6 AND c.chunk_id = h.chunk_id'
+            ' ORDER BY h.rank', target.chunk_table)
+            USING query_text, query_embedding, least(k * settings.hits_per_passage, toolkit.search_max_k()), filters,
+                target.version, search_tenant
+        LOOP
+            joined := '{}';
+            FOR i IN 0 .. jsonb_array_length(open_passages) - 1 LOOP
+                p := open_passages -> i;
+                IF p ->> 'doc' = hit.doc_id AND toolkit._spans_touch(search_tenant, hit.doc_id, (p ->> 's')::integer,
+                    (p ->> 'e')::integer, hit.s, hit.e)
+                THEN
+                    joined := joined || i;
+                END IF;
+            END LOOP;
+            member := jsonb_build_object('id', hit.chunk_id, 'rank', hit.rank, 's', hit.s, 'e', hit.e,
+                'text', hit.text, 'pages', to_jsonb(coalesce(hit.pages, '{}')), 'score', hit.score,
+                'heading', to_jsonb(coalesce(hit.heading_path, '{}')));
+            IF cardinality(joined) > 0 THEN
+                merged := jsonb_build_object('doc', hit.doc_id, 's', hit.s, 'e', hit.e,
+                    'member_tokens', hit.token_count, 'member_chars', hit.e - hit.s, 'best', hit.rank,
+                    'members', '[]'::jsonb);
+                new_total := total;
+                FOREACH i IN ARRAY joined LOOP
+                    p := open_passages -> i;
+                    merged := merged || jsonb_build_object(
+                        's', least((merged ->> 's')::integer, (p ->> 's')::integer),
+                        'e', greatest((merged ->> 'e')::integer, (p ->> 'e')::integer),
+                        'member_tokens', (merged ->> 'member_tokens')::bigint + (p ->> 'member_tokens')::bigint,
+                        'member_chars', (merged ->> 'member_chars')::bigint + (p ->> 'member_chars')::bigint,
+                        'best', least((merged ->> 'best')::integer, (p ->> 'best')::integer),
+                        'members', (merged -> 'members') || (p -> 'members'));
+                    new_total := new_total - (p ->> 'tokens')::integer;
+                END LOOP;
+                new_tokens := toolkit._passage_tokens((merged ->> 'e')::integer - (merged ->> 's')::integer,
+                    (merged ->> 'member_tokens')::bigint, (merged ->> 'member_chars')::bigint);
+                new_total := new_total + new_tokens;
+                IF new_total > budget THEN
+                    CONTINUE;
+                END IF;
+                merged := jsonb_set(merged, '{members}', (merged -> 'members') || jsonb_build_array(member))
+                    || jsonb_build_object('tokens', new_tokens);
+                SELECT coalesce(jsonb_agg(x.value ORDER BY (x.value ->> 'best')::integer), '[]') INTO open_passages
+                FROM (
+                    SELECT o.value FROM jsonb_array_elements(open_passages) WITH ORDINALITY AS o (value, n)
+                    WHERE (o.n - 1)::integer <> ALL (joined)
+                    UNION ALL
+                    SELECT merged
+                ) AS x;
+                total := new_total;
+                CONTINUE;
+            END IF;
+            IF jsonb_array_length(open_passages) >= k OR total + hit.token_count > budget THEN
+                CONTINUE;
+            END IF;
+            open_passages := open_passages || jsonb_build_array(jsonb_build_object('doc', hit.doc_id, 's', hit.s,
+                'e', hit.e, 'tokens', hit.token_count, 'member_tokens', hit.token_count, 'member_chars', hit.e - hit.s,
+                'best', hit.rank, 'members', jsonb_build_array(member)));
+            total := total + hit.token_count;
+        END LOOP;
+    EXCEPTION WHEN undefined_table THEN
+        PERFORM toolkit._version_gone(target.version);
+    END;
+
+    FOR i IN 0 .. jsonb_array_length(open_passages) - 1 LOOP
+        p := open_passages -> i;
+        SELECT substr(d.raw_text, (p ->> 's')::integer + 1, (p ->> 'e')::integer - (p ->> 's')::integer) INTO body
+        FROM toolkit.documents AS d
+        WHERE d.tenant = search_tenant AND d.doc_id = p ->> 'doc';
+        IF body IS NULL THEN
+            -- The document cannot be read: its chunks in order, each adding only what lies past the text so far.
+            body := '';
+            covered := NULL;
+            FOR member IN
+                SELECT m.value FROM jsonb_array_elements(p -> 'members') AS m
+                ORDER BY (m.value ->> 's')::integer, (m.value ->> 'e')::integer, m.value ->> 'id'
+            LOOP
+                IF covered IS NULL OR (member ->> 's')::integer >= covered THEN
+                    body := body || CASE WHEN covered IS NULL OR (member ->> 's')::integer = covered THEN ''
+                        ELSE E'\n' END || (member ->> 'text');
+                ELSIF (member ->> 'e')::integer > covered THEN
+                    body := body || substr(member ->> 'text', covered - (member ->> 's')::integer + 1);
+                END IF;
+                covered := greatest(coalesce(covered, 0), (member ->> 'e')::integer);
+            END LOOP;
+        END IF;
+        rank := i + 1;
+        SELECT (m.value ->> 'score')::float8, ARRAY(SELECT jsonb_array_elements_text(m.value -> 'heading'))
+        INTO score, heading_path
+        FROM jsonb_array_elements(p -> 'members') AS m
+        ORDER BY (m.value ->> 'rank')::integer
+        LIMIT 1;
+        doc_id := p ->> 'doc';
+        start_offset := (p ->> 's')::integer;
+        end_offset := (p ->> 'e')::integer;
+        text := body;
+        tokens := (p ->> 'tokens')::integer;
+        SELECT array_agg(m.value ->> 'id' ORDER BY (m.value ->> 'rank')::integer),
+            array_agg((m.value ->> 'rank')::integer ORDER BY (m.value ->> 'rank')::integer)
+        INTO chunk_ids, hit_ranks
+        FROM jsonb_array_elements(p -> 'members') AS m;
+        SELECT array_agg(DISTINCT n.page::integer ORDER BY n.page::integer) INTO pages
+        FROM jsonb_array_elements(p -> 'members') AS m
+        CROSS JOIN LATERAL jsonb_array_elements_text(m.value -> 'pages') AS n (page);
+        version := target.version;
+        model_alias := target.model_alias;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
 SELECT set_config('search_path', current_setting('toolkit.saved_search_path'), TRUE) AS search_path;

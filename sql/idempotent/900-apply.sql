@@ -12,6 +12,8 @@ BEGIN
     PERFORM toolkit._replace_active_view(toolkit.active_version());
     PERFORM toolkit._replace_live_view();
     PERFORM toolkit._secure_tenant_table('toolkit.documents');
+    -- Readers cut passages from documents (search_passages): a labelled document is theirs only with its label.
+    PERFORM toolkit._secure_access_labels('toolkit.documents', 'toolkit_reader');
     PERFORM toolkit._secure_tenant_table('toolkit.query_log');
     FOR v IN
         SELECT x.version FROM toolkit.versions AS x

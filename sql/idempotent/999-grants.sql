@@ -42,6 +42,9 @@ toolkit.search_max_k,
 toolkit.search_chunks,
 toolkit.hybrid_search_chunks,
 toolkit.search_context,
+toolkit.search_passages,
+toolkit._spans_touch,
+toolkit._passage_tokens,
 toolkit._search_target,
 toolkit._search_tenant,
 toolkit._search_filter_texts,
@@ -49,14 +52,23 @@ toolkit._search_filters,
 toolkit._check_k,
 toolkit._version_gone,
 toolkit.lexical_settings,
+toolkit.retrieval_settings,
+toolkit.served_retrieval,
 toolkit.chunk_search_text,
 toolkit.query_lexemes,
 toolkit._any_lexeme,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
-toolkit.model_secrets
+toolkit.model_secrets,
+toolkit.model_destination,
+toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
+-- search_passages cuts a passage's text from its document (row-level security and access labels apply).
+GRANT SELECT (tenant, doc_id, title, raw_text, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
+-- What a version holds (toolkit show, toolkit diff), read as the caller: row-level security applies.
+GRANT EXECUTE ON FUNCTION toolkit._version_table, toolkit._live_version_table, toolkit.version_documents, toolkit.version_chunks
+TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What an application needs of the registry to embed a question the way the chunks were embedded (it holds no
 -- secrets: the trigger refuses them); not the price.
 GRANT SELECT (
@@ -86,9 +98,15 @@ toolkit._lock_holders,
 toolkit._version_table,
 toolkit.register_model,
 toolkit.version_status,
+toolkit.version_evaluation_current,
 toolkit.canary_status,
-toolkit.query_log_status
+toolkit.query_log_status,
+toolkit.prune_query_log,
+toolkit.embedding_deferred,
+toolkit._service_access
 TO toolkit_writer;
+-- Deleting documents at a user's request (documents, chunks in every live version, their logged questions; audited).
+GRANT EXECUTE ON FUNCTION toolkit.delete_documents TO toolkit_writer;
 
 -- The deployer: verify (the evaluation is computed and recorded by SQL), canary, cutover, rollback, retire.
 -- It reads documents (one tenant at a time, under row-level security) to resolve labelled answers.
@@ -108,12 +126,17 @@ toolkit.standby_replay,
 toolkit.set_canary,
 toolkit.canary_status,
 toolkit.version_status,
+toolkit.version_evaluation_current,
 toolkit.version_index_valid,
 toolkit.document_tenants,
 toolkit.logged_questions,
 toolkit.query_log_status,
+toolkit.prune_query_log,
 toolkit.register_model,
 toolkit._lock_holders,
 toolkit._version_table,
 toolkit.version_states
 TO toolkit_deployer;
+-- Erasing a tenant (every version, the query log, its bindings; audited), and reading the log of deletions.
+GRANT EXECUTE ON FUNCTION toolkit.erase_tenant TO toolkit_deployer;
+GRANT SELECT ON toolkit.deletions TO toolkit_deployer;

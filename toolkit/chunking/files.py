@@ -44,14 +44,16 @@ def chunk_paths(
     embedder=None,
     clean_pdf_text: bool = False,
     clean_pdf: bool = True,
+    limits=None,
 ) -> Iterator[tuple]:
-    """(document, chunks) for each readable file and (error, []) for each unreadable one, in walk order."""
+    """(document, chunks) for each readable file and (error, []) for each unreadable one, in walk order;
+    ``limits`` (a ``toolkit.text.sources.ReadLimits``) bounds what each file may cost to read."""
     from toolkit.chunking import get_chunker
     from toolkit.text.sources import SourceError, read_documents
 
     chunkers: dict[str, object] = {}
     resolve_spec(spec, strategy, size, overlap, "text")  # refuse a bad combination before reading files
-    for result in read_documents(paths, clean_pdf_text=clean_pdf_text, clean_pdf=clean_pdf):
+    for result in read_documents(paths, clean_pdf_text=clean_pdf_text, clean_pdf=clean_pdf, limits=limits):
         if isinstance(result, SourceError):
             yield result, []
             continue

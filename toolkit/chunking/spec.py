@@ -126,6 +126,14 @@ def _option(spec: str, key: str, value: str):
     if kind is str:
         if not value:
             raise InputError(f"The chunker spec '{spec}' has an empty {key}=; give it a value.")
+        if key == "language":
+            from toolkit.chunking.code import DEFINITION_KEYWORDS
+
+            if value.lower() not in DEFINITION_KEYWORDS:
+                raise InputError(
+                    f"The chunker spec '{spec}' has language={value}, which the code strategy does not know; use one "
+                    f"of {', '.join(sorted(DEFINITION_KEYWORDS))}, or leave it out to go by the file extension."
+                )
         return value
     try:
         parsed = kind(value)

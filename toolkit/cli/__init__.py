@@ -33,15 +33,20 @@ class ToolkitGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
+        from toolkit.cli._output import printable
+
         try:
             return super().invoke(ctx)
+        except click.ClickException as error:
+            error.message = printable(error.message)  # a file name or a question may hold terminal escapes
+            raise
         except ToolkitError as error:
-            raise click.ClickException(str(error)) from error
+            raise click.ClickException(printable(str(error))) from error
         except Exception as error:
             message = _unexpected(error)
             if message is None:
                 raise
-            raise click.ClickException(message) from error
+            raise click.ClickException(printable(message)) from error
 
 
 def _unexpected(error: Exception) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from toolkit.cli._output import say
+
 
 def settings():
     """The options of the root group (database URL, data directory)."""
@@ -13,7 +15,7 @@ def settings():
 def _say_embedded(db) -> None:
     # Said once, when the command started the server; the commands that reuse it say nothing.
     if db.embedded and db.started:
-        click.echo(f"toolkit: started the embedded PostgreSQL in {db.data_dir}", err=True)
+        say(f"toolkit: started the embedded PostgreSQL in {db.data_dir}", err=True)
 
 
 def open_database():

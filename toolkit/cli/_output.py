@@ -4,9 +4,33 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from collections.abc import Sequence
 
 import click
+
+# What a terminal would obey instead of print: C0 controls but tab and newline (ESC starts "set the title",
+# "move the cursor", "clear the screen"), DEL, C1 controls, and the bidirectional overrides and isolates that
+# reorder what follows them (U+202E shows "gpj.exe" as "exe.jpg").
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as an escape (``\\x1b``, ``\\u202e``): what a
+    document, a logged question or a file name holds is printed, never obeyed."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def say(message: object = "", *, err: bool = False) -> None:
+    """``click.echo`` for people: control characters escaped (``printable``). JSON output goes through
+    ``click.echo`` unchanged (``json.dumps`` escapes them itself)."""
+    click.echo(printable(str(message)), err=err)
+
 
 FORMAT_OPTION = click.option(
     "--format",
@@ -38,7 +62,7 @@ def number(value: float) -> str:
 
 def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> None:
     if not rows:
-        click.echo("(none)")
+        say("(none)")
         return
     columns = list(columns or rows[0].keys())
 
@@ -48,13 +72,13 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> N
             return "-"
         if isinstance(value, float):
             return number(value)
-        return str(value)
+        return printable(str(value))  # escaped before the widths are measured
 
     cells = [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    say("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for r in cells:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        say("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 def emit(rows: Sequence[dict], output_format: str, columns: Sequence[str] | None = None) -> None:

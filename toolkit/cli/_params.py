@@ -71,6 +71,88 @@ class Duration(Checked):
         super().__init__(read, "duration")
 
 
+class Size(Checked):
+    """A size in bytes written as 100MB, 1GB, 512MiB or a plain number of bytes, bounded by ``rule``."""
+
+    def __init__(self, rule: NumberRule):
+        self.rule = rule
+
+        def read(text: str) -> int:
+            from toolkit.estimate import parse_size
+
+            what = rule.what.removeprefix("the ").split(" (")[0]
+            size = parse_size(text, what)
+            try:
+                return rule.check(size)
+            except InputError:
+                raise rule.refuse(text) from None  # quote what was typed
+
+        super().__init__(read, "size")
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return self.rule.check(value)
+        super().convert(value, param, ctx)
+        return self.parse(value)
+
+
+def read_limit_options(command):
+    """The options that bound what one file may cost to read (``toolkit.text.sources.ReadLimits``), handed to the
+    command as one ``limits`` argument."""
+    from toolkit.validation import FILE_BYTES, PDF_GLYPHS, PDF_MEMORY_BYTES, PDF_PAGES, PDF_SECONDS
+
+    names = ("max_file_size", "pdf_timeout", "pdf_memory", "pdf_max_pages", "pdf_max_glyphs")
+
+    @functools.wraps(command)
+    def with_limits(*args, **kwargs):
+        from toolkit.text.sources import ReadLimits
+
+        file_bytes, seconds, memory, pages, glyphs = (kwargs.pop(name) for name in names)
+        kwargs["limits"] = ReadLimits(file_bytes, seconds, memory, pages, glyphs)
+        return command(*args, **kwargs)
+
+    options = [
+        click.option(
+            "--max-file-size",
+            type=Size(FILE_BYTES),
+            default="100MB",
+            show_default=True,
+            help="Skip (and report) a file larger than this.",
+        ),
+        click.option(
+            "--pdf-timeout",
+            type=Number(PDF_SECONDS),
+            default=300,
+            show_default=True,
+            help="Seconds one PDF may take to read; a PDF that takes longer is stopped, reported and skipped.",
+        ),
+        click.option(
+            "--pdf-memory",
+            type=Size(PDF_MEMORY_BYTES),
+            default="1GB",
+            show_default=True,
+            help="Memory the process reading PDFs may take; a PDF that needs more is stopped, reported and skipped.",
+        ),
+        click.option(
+            "--pdf-max-pages",
+            type=Number(PDF_PAGES),
+            default=10_000,
+            show_default=True,
+            help="Skip (and report) a PDF of more pages.",
+        ),
+        click.option(
+            "--pdf-max-glyphs",
+            type=Number(PDF_GLYPHS),
+            default=100_000,
+            show_default=True,
+            help="Skip (and report) a PDF with a page that draws more glyphs (a dense page draws about 5,000).",
+        ),
+    ]
+    for option in reversed(options):
+        with_limits = option(with_limits)
+    return with_limits
+
+
 class MaybeEmpty(click.types.StringParamType):
     """Text for which an empty value means something (a prefix of nothing); every other parameter refuses
     an empty value, which is an unset variable in a script far more often than a choice."""

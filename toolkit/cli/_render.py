@@ -8,18 +8,18 @@ import json
 
 import click
 
-from toolkit.cli._output import emit, plural, print_table, to_json
+from toolkit.cli._output import emit, plural, print_table, say, to_json
 
 # --- backfill, verify, cutover, rollback, retire ---------------------------------------------------------------
 
 
 def say_backfill_stopping() -> None:
-    click.echo("\ntoolkit: stopping after the current batch (Ctrl-C again to abort it)…", err=True)
+    say("\ntoolkit: stopping after the current batch (Ctrl-C again to abort it)…", err=True)
 
 
 def say_backfill_aborted(model_alias: str, chunker_spec: str | None) -> None:
     # The second Ctrl-C: the batches in flight are abandoned; their transactions roll back with the connections.
-    click.echo(
+    say(
         f"\ntoolkit: aborted; the batches in flight were rolled back. Continue with: toolkit backfill --model "
         f"{model_alias}" + (f" --chunker {chunker_spec}" if chunker_spec else "") + " --resume",
         err=True,
@@ -33,24 +33,24 @@ def print_backfill(report, output_format: str, model_alias: str, chunker_spec: s
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
     else:
-        click.echo(
+        say(
             f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
             f"{plural(report.documents_chunked, 'document')} chunked, {plural(report.rows_written, 'row')} written "
             f"({report.rows_embedded} embedded), {report.tokens:,} tokens, estimated "
             f"${report.estimated_cost_usd:.4f}, {report.seconds:.1f} s."
         )
         if report.documents_without_chunks:
-            click.echo(
+            say(
                 f"{report.documents_without_chunks} document(s) made no chunk with {report.chunker_version} "
                 "(nothing to search in them); they stay in the queue and are checked again by --resume.",
                 err=True,
             )
         if report.index_seconds is not None:
-            click.echo(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
+            say(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
         elif report.state == "building" and not report.stopped:
-            click.echo("Another backfill of this version holds its last documents and will build the index.")
+            say("Another backfill of this version holds its last documents and will build the index.")
     if report.stopped:
-        click.echo(
+        say(
             f"Stopped: {STOP_REASONS[report.stopped]}. Continue with: toolkit backfill --model {model_alias} "
             f"--chunker {chunker_spec or report.chunker_version.rsplit('@', 1)[0]} --resume",
             err=True,
@@ -63,16 +63,16 @@ def print_verify(report, output_format: str) -> None:
         return
     emit(report.comparison(), "table")
     count = report.candidate.metrics.queries
-    click.echo(
+    say(
         f"{plural(count, 'query', 'queries')}, tenant {report.tenant}; "
         f"candidate wins {len(report.wins)}, loses {len(report.losses)}."
     )
     for query in report.losses[:10]:
-        click.echo(f"  lost: {query}")
+        say(f"  lost: {query}")
     for query in report.wins[:10]:
-        click.echo(f"  won:  {query}")
+        say(f"  won:  {query}")
     verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.reasons)
-    click.echo(f"Gate {verdict} (evaluation {report.evaluation_id}).")
+    say(f"Gate {verdict} (evaluation {report.evaluation_id}).")
 
 
 def print_cutover(done, output_format: str) -> None:
@@ -80,18 +80,18 @@ def print_cutover(done, output_format: str) -> None:
         click.echo(to_json(done.as_dict()))
         return
     previous = done.standby
-    click.echo(f"Version {done.active} is active" + (f"; version {previous} is on standby." if previous else "."))
+    say(f"Version {done.active} is active" + (f"; version {previous} is on standby." if previous else "."))
 
 
 def print_rollback(done, output_format: str) -> None:
     if output_format == "json":
         click.echo(to_json(done.as_dict()))
     elif done.canary_ended is not None:
-        click.echo(
+        say(
             f"Canary ended: version {done.canary_ended} serves nothing now; version {done.active} serves every request."
         )
     else:
-        click.echo(
+        say(
             f"Rolled back: version {done.active} is active again; version {done.rolled_back} is ready (verify it to "
             "reuse it)."
         )
@@ -110,22 +110,22 @@ def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept
         )
         return
     verb = "Would retire" if dry_run else "Retired"
-    click.echo(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
+    say(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
     for item in kept:
-        click.echo(
+        say(
             f"Kept: version {item['version']} ({item['reason']}; toolkit retire --version {item['version']} --force "
             "--yes retires it now)."
         )
     if dry_run and retired:
-        click.echo("Nothing was dropped: run again with --yes to retire them.")
+        say("Nothing was dropped: run again with --yes to retire them.")
 
 
 def print_started(database, tcp: str | None, standby_of: str | None) -> None:
     role = f" as a read-only hot standby of {standby_of}" if standby_of else ""
-    click.echo(f"The embedded PostgreSQL runs in {database.data_dir}{role}.")
+    say(f"The embedded PostgreSQL runs in {database.data_dir}{role}.")
     if tcp:
-        click.echo(f"It also listens on TCP (password authentication): {tcp}")
-    click.echo(database.url)
+        say(f"It also listens on TCP (password authentication): {tcp}")
+    say(database.url)
 
 
 def print_backup(report, verb: str, output_format: str) -> None:
@@ -135,12 +135,12 @@ def print_backup(report, verb: str, output_format: str) -> None:
     size = f"{report.bytes / 1e6:.1f} MB" if report.bytes >= 100_000 else f"{report.bytes:,} bytes"
     where = "to" if verb == "Dumped" else "from"
     active = f", version {report.active_version} active" if report.active_version else ""
-    click.echo(
+    say(
         f"{verb} the toolkit schema at revision {report.revision} ({plural(report.documents, 'document')}, "
         f"{plural(report.versions, 'version')}{active}) {where} {report.path} ({size}, {report.tool})."
     )
     if verb == "Dumped":
-        click.echo(
+        say(
             "Roles are cluster-wide and not in the dump: on another cluster, restore `pg_dumpall --roles-only` first "
             "(toolkit db restore creates the toolkit roles themselves)."
         )
@@ -158,10 +158,10 @@ def print_rollback_window(window, protected, *, changed: bool, output_format: st
             )
         )
         return
-    click.echo(f"The rollback window is {'now ' if changed else ''}{window}.")
+    say(f"The rollback window is {'now ' if changed else ''}{window}.")
     if protected:
         until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
-        click.echo(f"Version {protected.version} is the rollback target; retire keeps it until {until}.")
+        say(f"Version {protected.version} is the rollback target; retire keeps it until {until}.")
 
 
 # --- canary, shadow, query-log -------------------------------------------------------------------------------
@@ -173,38 +173,36 @@ def print_canary(change, output_format: str) -> None:
         click.echo(to_json(current.as_dict() if current else None))
         return
     if current is not None:
-        click.echo(
+        say(
             f"Version {current.candidate} ({current.model_alias}) serves {current.percent:g}% of request keys"
             + (f" and tenants {', '.join(current.tenants)}" if current.tenants else "")
             + (" (forced: no current passing verification)" if current.forced else "")
             + "; every other request is served by the active version."
         )
     if change.action == "ended":
-        click.echo(f"Canary of version {change.version} ended: every request is served by the active version.")
+        say(f"Canary of version {change.version} ended: every request is served by the active version.")
     elif current is None:
-        click.echo(
-            "No canary is running." if change.action == "shown" else f"Canary of version {change.version} ended."
-        )
+        say("No canary is running." if change.action == "shown" else f"Canary of version {change.version} ended.")
 
 
 def print_shadow(report, output_format: str) -> None:
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
         return
-    click.echo(
+    say(
         f"{plural(report.questions, 'question')} on active version {report.active} and "
         f"candidate {report.candidate}: overlap@{report.k} {report.overlap_at_k:.3f}, first result changed for "
         f"{report.top1_changed:.1%}."
     )
     emit([{"version": v, **figures} for v, figures in report.latency_ms.items()], "table")
-    click.echo("Changed most:")
+    say("Changed most:")
     for item in report.changed_most:
-        click.echo(
+        say(
             f"  overlap {item.overlap:.2f}  [{item.tenant}] {item.question[:90]}\n"
             f"      active {item.active_top or '-'}  candidate {item.candidate_top or '-'}"
         )
     for failure in report.failed[:10]:
-        click.echo(f"  not replayed: {failure}", err=True)
+        say(f"  not replayed: {failure}", err=True)
 
 
 def print_query_log(change, output_format: str) -> None:
@@ -213,9 +211,13 @@ def print_query_log(change, output_format: str) -> None:
         return
     status = change.status
     state = "off" if status.sample_rate == 0 else f"on, logging {status.sample_rate:.0%} of questions"
-    click.echo(f"Query log {state}; kept {status.retention}; {status.questions:,} questions logged.")
+    say(f"Query log {state}; kept {status.retention}; {status.questions:,} questions logged.")
+    say(
+        f"Bounds: at most {status.max_rows:,} questions kept and {status.max_per_minute:,} a minute per login "
+        f"({status.skipped_over_rate:,} skipped over the rate, {status.pruned_over_cap:,} pruned over the cap)."
+    )
     if change.pruned is not None:
-        click.echo(f"Pruned {change.pruned:,} questions older than the retention.")
+        say(f"Pruned {change.pruned:,} questions older than the retention.")
 
 
 # --- status, db status, migrate ------------------------------------------------------------------------------
@@ -244,20 +246,20 @@ def print_overview(overview, output_format: str) -> None:
     counted = overview.documents
     if not overview.versions and counted is not None:
         if counted["documents"]:
-            click.echo(
+            say(
                 f"No version yet; {plural(counted['documents'], 'document')} in {plural(counted['tenants'], 'tenant')}"
                 " await one: register a model (toolkit model add) and build one (toolkit backfill --model ALIAS)."
             )
         else:
-            click.echo("No documents yet: toolkit ingest PATH --tenant TENANT, then toolkit backfill --model ALIAS.")
+            say("No documents yet: toolkit ingest PATH --tenant TENANT, then toolkit backfill --model ALIAS.")
     canary, log = overview.canary, overview.query_log
     if canary is not None:
-        click.echo(
+        say(
             f"Canary: version {canary.candidate} serves {canary.percent:g}% of request keys"
             + (f" and tenants {', '.join(canary.tenants)}" if canary.tenants else "")
             + f", since {canary.started_at:%Y-%m-%d %H:%M}."
         )
-    click.echo(
+    say(
         "Query log: "
         + ("off." if log.sample_rate == 0 else f"logging {log.sample_rate:.0%} of questions")
         + (f", {log.questions:,} kept for {log.retention}." if log.sample_rate or log.questions else "")
@@ -269,7 +271,7 @@ def print_server_status(info: dict, output_format: str) -> None:
         click.echo(to_json(info))
         return
     for key, value in info.items():
-        click.echo(f"{key:16} {value}")
+        say(f"{key:16} {value}")
 
 
 def print_migration(result, before: str | None, after: str | None, head: str | None, downgrade: bool) -> None:
@@ -290,8 +292,8 @@ def print_migration(result, before: str | None, after: str | None, head: str | N
         else:
             message = f"Upgraded from {before or 'an empty database'} to {after}{at_head}."
     for notice in result.notices:
-        click.echo(f"toolkit: {notice}", err=True)
-    click.echo(message)
+        say(f"toolkit: {notice}", err=True)
+    say(message)
 
 
 # --- ingest, search, chunk, eval, model ------------------------------------------------------------------------
@@ -300,7 +302,7 @@ def print_migration(result, before: str | None, after: str | None, head: str | N
 def say_ingest_interrupted() -> None:
     # The batch being written was rolled back; the ones before it are committed, and a run of the same command
     # skips them (their content hashes are unchanged).
-    click.echo(
+    say(
         "\ntoolkit: interrupted; the batches written so far are kept. Run the same command again to continue: "
         "unchanged documents are skipped.",
         err=True,
@@ -311,22 +313,22 @@ def print_ingest(report, output_format: str) -> None:
     if output_format == "json":
         click.echo(to_json(report.as_dict()))
         return
-    click.echo(
+    say(
         f"{plural(report.documents, 'document')} for tenant {report.tenant}: {report.new} new, "
         f"{report.changed} changed, {report.unchanged} unchanged, {report.deleted} deleted, "
         f"{len(report.failed)} failed."
     )
     for version, count in sorted(report.chunks_written.items()):
-        click.echo(f"  version {version}: {plural(count, 'chunk')} written")
-    click.echo(f"  embeddings: {report.embedded} computed, {report.reused} reused")
+        say(f"  version {version}: {plural(count, 'chunk')} written")
+    say(f"  embeddings: {report.embedded} computed, {report.reused} reused")
     if not report.versions:
-        click.echo("  no version exists yet: the documents are stored; run `toolkit backfill --model ALIAS`.")
+        say("  no version exists yet: the documents are stored; run `toolkit backfill --model ALIAS`.")
     for failure in report.failed:
-        click.echo(f"  failed: {failure.source}: {failure.reason}", err=True)
+        say(f"  failed: {failure.source}: {failure.reason}", err=True)
 
 
 def say_unlabelled() -> None:
-    click.echo(
+    say(
         "toolkit: this login is a service role that cannot take toolkit_reader: access labels are not "
         "applied (every labelled chunk of the tenant is searched). Connect as a reader login to see what an "
         "application sees.",
@@ -344,7 +346,7 @@ def _one_line(text: str, width: int = 100) -> str:
 
 def print_hits(hits, output_format: str) -> None:
     if hits:
-        click.echo(f"toolkit: version {hits[0].version} ({hits[0].model_alias}) served this search", err=True)
+        say(f"toolkit: version {hits[0].version} ({hits[0].model_alias}) served this search", err=True)
     if output_format == "json":
         emit([hit.as_dict() for hit in hits], "json")
         return
@@ -384,7 +386,7 @@ class ChunkOutput:
             self.rows.append(record)
 
     def skipped(self, error) -> None:
-        click.echo(f"toolkit: skipped {error}", err=True)
+        say(f"toolkit: skipped {error}", err=True)
 
     def finish(self, report) -> None:
         """The table or the statistics; then, if a file could not be read, the error (exit 1)."""
@@ -446,24 +448,24 @@ def print_eval(report, output_format: str, *, stored: bool, plot: str | None) ->
     if output_format == "json":
         click.echo(to_json(report.to_dict()))
         return
-    click.echo(
+    say(
         f"{plural(report.queries, 'query', 'queries')}, {plural(report.documents, 'document')}, k = {report.k}, "
         f"{report.model or 'bag-of-words scorer'}; {report.embedded_texts:,} texts embedded, "
         f"{report.cache_hits:,} from the cache"
     )
     emit([_eval_row(r) for r in report.configs], "table", EVAL_COLUMNS)
-    click.echo(
+    say(
         "cut: answers no single chunk holds whole. frontier: no other configuration has more recall for fewer "
         "tokens; read it as a frontier, not a winner."
     )
     for note in report.notes if stored else report.notes[1:]:
-        click.echo(note)
+        say(note)
     if plot:
-        click.echo(f"plot written to {plot}")
+        say(f"plot written to {plot}")
 
 
 def print_registered(registered) -> None:
-    click.echo(
+    say(
         f"Registered {registered.alias}: {registered.provider}:{registered.model_name}, "
         f"{registered.dimensions} dimensions, input limit {registered.max_input_tokens} tokens."
     )

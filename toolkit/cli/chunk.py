@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from toolkit.chunking.spec import STRATEGIES
-from toolkit.cli._params import Number
+from toolkit.cli._params import Number, read_limit_options
 from toolkit.cli._render import ChunkOutput
 from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
 
@@ -39,6 +39,7 @@ from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
     show_default=True,
     help="jsonl: one chunk per line; table: one row per chunk; stats: counts and token distribution.",
 )
+@read_limit_options
 def chunk(paths, embedder, no_pdf_cleaning, output_format, **options):
     """Chunk PATH... (files, or directories walked for .md/.txt/.html/.pdf/code) and print the chunks.
 

@@ -7,7 +7,7 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._context import settings as _settings
-from toolkit.cli._output import FORMAT_OPTION
+from toolkit.cli._output import FORMAT_OPTION, say
 from toolkit.cli._params import Duration
 
 
@@ -47,9 +47,9 @@ def stop() -> None:
 
     data_dir = _settings().data_dir or default_data_dir()
     if stop_embedded(data_dir):
-        click.echo(f"Stopped the embedded PostgreSQL in {data_dir}.")
+        say(f"Stopped the embedded PostgreSQL in {data_dir}.")
     else:
-        click.echo(f"The embedded PostgreSQL in {data_dir} was not running.")
+        say(f"The embedded PostgreSQL in {data_dir} was not running.")
 
 
 @db.command()
@@ -71,7 +71,7 @@ def url() -> None:
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
     ensure_schema(database)
-    click.echo(database.url)
+    say(database.url)
 
 
 @db.command()

@@ -9,7 +9,7 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION
-from toolkit.cli._params import Number
+from toolkit.cli._params import Number, read_limit_options
 from toolkit.validation import BATCH_DOCUMENTS
 
 
@@ -29,12 +29,14 @@ from toolkit.validation import BATCH_DOCUMENTS
 @click.option(
     "--batch-size", type=Number(BATCH_DOCUMENTS), default=32, show_default=True, help="Documents per transaction."
 )
+@read_limit_options
 @FORMAT_OPTION
-def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
-    """Ingest PATH... (Markdown, text, HTML) for a tenant into every live version.
+def ingest(paths, tenant, acl, prune, batch_size, output_format, limits) -> None:
+    """Ingest PATH... (Markdown, text, HTML, PDF, code) for a tenant into every live version.
 
     Unchanged documents do nothing; changed ones are re-chunked and only new chunk texts are embedded.
-    Unreadable files are reported and skipped; the exit code is 1 if any failed.
+    Unreadable files (not regular files, too large, PDFs over a limit) are reported and skipped; the others are
+    stored; the exit code is 1 if any failed.
     """
     from toolkit.ingest import ingest as run
     from toolkit.progress import Progress
@@ -43,11 +45,15 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format) -> None:
     progress = Progress("ingest", unit="documents", quiet=output_format == "json" and not sys.stderr.isatty())
     try:
         with conn:
-            report = run(conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress)
+            report = run(
+                conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress, limits=limits
+            )
     except KeyboardInterrupt:
         _render.say_ingest_interrupted()
         sys.exit(130)
     _render.print_ingest(report, output_format)
+    for version, reason in sorted(report.deferred.items()):
+        click.echo(f"Version {version} (building) was left to its backfill: its model failed here ({reason})", err=True)
     if report.failed:
         sys.exit(1)
 

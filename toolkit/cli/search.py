@@ -1,5 +1,5 @@
-"""`toolkit search`: the best chunks (or their parents / windows) for a question, from the version that serves the
-request (or a version named with --version), as an application searches."""
+"""`toolkit search`: the best passages (or chunks, or their parents / windows) for a question, from the version that
+serves the request (or a version named with --version), as an application searches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Number
-from toolkit.validation import EF_SEARCH, RESULTS, VERSION_NUMBER
+from toolkit.validation import EF_SEARCH, PASSAGE_TOKENS, RESULTS, VERSION_NUMBER
 
 
 @click.command(short_help="Search as an application would: the serving version, pinned.")
@@ -20,7 +20,15 @@ from toolkit.validation import EF_SEARCH, RESULTS, VERSION_NUMBER
 @click.option(
     "--version", "version", type=Number(VERSION_NUMBER), help="Search this version instead of the serving one."
 )
-@click.option("--hybrid", is_flag=True, help="Fuse full-text and vector ranks (finds codes and identifiers).")
+@click.option(
+    "--retrieval",
+    type=click.Choice(["passages", "hybrid", "vector"]),
+    help="passages (default: hybrid hits merged into passages, what verify gates), hybrid (fused chunks) or vector.",
+)
+@click.option(
+    "--max-tokens", type=Number(PASSAGE_TOKENS), help="The passages' token budget (default: k x 1.5 mean chunks)."
+)
+@click.option("--hybrid", is_flag=True, help="Same as --retrieval hybrid (fused chunks).")
 @click.option("--expand", metavar="parent|window:N", help="Return each hit's parent, or N chunks on each side.")
 @click.option(
     "--filter",
@@ -37,7 +45,10 @@ def search(question, tenant, k, output_format, **options) -> None:
     active one, or the canary candidate for its share), the question is embedded with that version's model (and its
     query prefix), and that version is searched (pinned). Row-level security applies (the reader role).
 
-    Prints rank, score, heading path, document, character span and text.
+    By default the results are passages (toolkit.search_passages): full-text and vector ranks fused, the hits of a
+    document that overlap or touch merged and cut from its text, at most k within a token budget — the retrieval
+    `toolkit verify` gates and `toolkit eval` measures. Prints rank, score, heading path, document, character span
+    and text.
     """
     from toolkit.search import search_request
 

@@ -9,7 +9,7 @@ import click
 from toolkit import validation
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
-from toolkit.cli._output import FORMAT_OPTION, emit
+from toolkit.cli._output import FORMAT_OPTION, emit, say
 from toolkit.cli._params import Duration, Number
 from toolkit.cli.lifecycle import version_options
 
@@ -36,6 +36,12 @@ def canary(output_format, **options) -> None:
     """
     from toolkit.serving import change_canary
 
+    named = options["version"] is not None or options["model_alias"] or options["chunker_spec"]
+    if named and options["percent"] is None and options["tenants"] is None and not options["off"]:
+        raise click.UsageError(
+            "Say what to do with the version: --percent N and/or --tenants A,B start or change its canary, --off ends "
+            "it; without a version, toolkit canary shows the canary."
+        )
     _render.print_canary(in_database(change_canary, **options), output_format)
 
 
@@ -55,6 +61,13 @@ def canary(output_format, **options) -> None:
 @click.option("--tenant", help="The tenant of the questions (for a file without tenants; filters the log).")
 @click.option(
     "-k", "k", type=Number(validation.RESULTS), default=5, show_default=True, help="Results compared per question."
+)
+@click.option(
+    "--max-questions",
+    type=click.IntRange(1, 100_000),
+    default=500,
+    show_default=True,
+    help="With --from-log: replay at most this many (a random sample; each is embedded by both models).",
 )
 @FORMAT_OPTION
 def shadow(queries_path, from_log, output_format, **options) -> None:
@@ -84,15 +97,34 @@ def shadow(queries_path, from_log, output_format, **options) -> None:
 )
 @click.option("--off", is_flag=True, help="Stop logging (the same as --sample-rate 0).")
 @click.option("--prune", is_flag=True, help="Delete the questions older than the retention now.")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(1, 1_000_000_000),
+    help="Keep at most this many questions (the oldest beyond are pruned; default 1,000,000).",
+)
+@click.option(
+    "--max-per-minute",
+    type=click.IntRange(1, 1_000_000),
+    help="Log at most this many questions a minute per login (the rest are skipped and counted; default 600).",
+)
 @FORMAT_OPTION
-def query_log(output_format, **options) -> None:
+def query_log(output_format, max_rows, max_per_minute, **options) -> None:
     """The query log holds users' questions (personal data): it is off until turned on, tenant-scoped, and pruned
     after the retention period. `toolkit shadow --from-log` replays it; `toolkit search` and the library's
     `search()` log a share of the questions they serve. Changing it needs the owner role (the DBA).
     """
     from toolkit.serving import configure_query_log
+    from toolkit.store.query_log import set_query_log_bounds
 
-    _render.print_query_log(in_database(configure_query_log, **options), output_format)
+    if options["off"] and options["sample_rate"] is not None:
+        raise click.UsageError("Give --off or --sample-rate, not both: --off is --sample-rate 0.")
+
+    def configure(conn, **settings):
+        if max_rows is not None or max_per_minute is not None:
+            set_query_log_bounds(conn, max_rows, max_per_minute)
+        return configure_query_log(conn, **settings)
+
+    _render.print_query_log(in_database(configure, **options), output_format)
 
 
 @click.group(short_help="Bind logins to tenants: a bound login sees only its tenants.")
@@ -124,7 +156,7 @@ def tenant_grant(login, tenants, allow_empty) -> None:
         return bind_tenants(conn, login, tenants)
 
     bound = in_database(grant)
-    click.echo(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
+    say(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
 
 
 @tenant.command("revoke")
@@ -138,18 +170,28 @@ def tenant_revoke(login, tenants, everything) -> None:
     if not tenants and not everything:
         raise click.UsageError("Name the tenants to revoke, or pass --all.")
     kept = in_database(unbind_tenants, login, None if everything else tenants)
-    click.echo(
-        f"{login} is bound to {', '.join(kept)}." if kept else f"{login} is not bound any more: it chooses its tenant."
-    )
+    say(f"{login} is bound to {', '.join(kept)}." if kept else f"{login} is not bound any more: it chooses its tenant.")
 
 
 @tenant.command("list")
 @FORMAT_OPTION
 def tenant_list(output_format) -> None:
-    """Every binding: login, tenant, who granted it and when."""
+    """Every binding: login (its current name), tenant, whether it holds, who granted it and when, the name it was
+    bound under."""
     from toolkit.store.tenants import tenant_bindings
 
-    emit(in_database(tenant_bindings), output_format, ["login", "tenant", "granted_by", "granted_at"])
+    columns = ["login", "tenant", "status", "granted_by", "granted_at", "bound_as"]
+    emit(in_database(tenant_bindings), output_format, columns)
+
+
+@tenant.command("relink")
+@FORMAT_OPTION
+def tenant_relink(output_format) -> None:
+    """Re-link bindings to logins by the name they were bound under (after restoring into another cluster, where role
+    OIDs differ); until then such a login is refused, not unbound."""
+    from toolkit.store.tenants import relink_tenant_bindings
+
+    emit(in_database(relink_tenant_bindings), output_format, ["login", "tenants", "status"])
 
 
 commands = [canary, shadow, query_log, tenant]

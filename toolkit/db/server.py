@@ -38,7 +38,29 @@ def default_data_dir() -> Path:
 
 
 def data_directory(data_dir: str | Path | None) -> Path:
-    return Path(data_dir).expanduser() if data_dir else default_data_dir()
+    """The data directory to use: ``data_dir`` or the default. Refused (``InputError``) when it names something that
+    cannot be one: a file, or an existing directory that holds other things and no PostgreSQL cluster (``/proc/1``
+    would otherwise be reported as a server that is not running)."""
+    from toolkit.errors import InputError
+
+    directory = Path(data_dir).expanduser() if data_dir else default_data_dir()
+    try:
+        if directory.exists() and not directory.is_dir():
+            raise InputError(
+                f"The data directory {str(directory)!r} is a file, not a directory; name a directory for the embedded "
+                "server (it is created if missing)."
+            )
+        if directory.is_dir() and not (directory / "PG_VERSION").exists() and any(directory.iterdir()):
+            raise InputError(
+                f"The data directory {str(directory)!r} holds other files and no PostgreSQL cluster (no PG_VERSION); "
+                "name an empty or new directory, or the one the embedded server already uses."
+            )
+    except OSError as error:
+        raise InputError(
+            f"The data directory {str(directory)!r} cannot be used ({error.strerror or error}); name a directory you "
+            "own."
+        ) from None
+    return directory
 
 
 def embedded_postgres():

@@ -113,6 +113,13 @@ def check_vectors(vectors, expected_count: int, dimensions: int | None, *, sourc
 
     Raises EmbeddingError before anything is returned, so a bad answer can never be stored.
     """
+    from toolkit.validation import has_booleans, vector_problem
+
+    if has_booleans(vectors):
+        raise EmbeddingError(
+            f"{source} returned booleans (true/false) where an embedding's numbers belong; nothing was kept. "
+            "Check that the model and server are the ones configured."
+        )
     try:
         array = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as error:
@@ -137,19 +144,21 @@ def check_vectors(vectors, expected_count: int, dimensions: int | None, *, sourc
         )
     if array.shape[1] == 0:
         raise EmbeddingError(f"{source} returned empty vectors; check the model and server configuration.")
-    finite = np.isfinite(array)
-    if not finite.all():
-        row = int(np.argwhere(~finite)[0][0])
+    problem = vector_problem(array)
+    if problem is not None:
+        row, why = problem
+        if why.startswith("has NaN"):
+            raise EmbeddingError(
+                f"{source} returned a vector with NaN or infinite values (input {row}); nothing was kept. "
+                f"The model or server is faulty: retry later or use another model."
+            )
+        if why.startswith("is all zeros"):
+            raise EmbeddingError(
+                f"{source} returned an all-zero vector (input {row}); nothing was kept. A zero vector has no "
+                f"direction (its cosine distance to anything is NaN): the model or server is faulty."
+            )
         raise EmbeddingError(
-            f"{source} returned a vector with NaN or infinite values (input {row}); nothing was kept. "
-            f"The model or server is faulty: retry later or use another model."
-        )
-    zero = ~array.any(axis=1)
-    if zero.any():
-        row = int(np.argmax(zero))
-        raise EmbeddingError(
-            f"{source} returned an all-zero vector (input {row}); nothing was kept. A zero vector has no direction "
-            f"(its cosine distance to anything is NaN): the model or server is faulty."
+            f"{source} returned a vector that {why} (input {row}); nothing was kept. The model or server is faulty."
         )
     return array
 

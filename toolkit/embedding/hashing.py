@@ -62,7 +62,7 @@ class HashingEmbedder(Embedder):
             )
         self.name = str(size)
         self.dimensions = size
-        self.max_input_tokens = positive_int(max_input_tokens or 8192, "max_input_tokens")
+        self.max_input_tokens = positive_int(8192 if max_input_tokens is None else max_input_tokens, "max_input_tokens")
         self.query_prefix = query_prefix or ""
         self.document_prefix = document_prefix or ""
         # Word -> signed feature code; words repeat a lot, so each distinct word is hashed once.

@@ -76,7 +76,7 @@ class SentenceTransformerEmbedder(Embedder):
         self.document_prefix = (
             document_prefix if document_prefix is not None else prompts.get("document", prompts.get("passage", ""))
         )
-        self.batch_size = positive_int(batch_size or 32, "batch_size")
+        self.batch_size = positive_int(32 if batch_size is None else batch_size, "batch_size")
 
     def _token_counts(self, texts: list[str], is_query: bool) -> list[int]:
         with self._lock:  # a Hugging Face fast tokenizer raises "Already borrowed" when two threads use it at once

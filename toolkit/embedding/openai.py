@@ -113,24 +113,36 @@ class OpenAIEmbedder(Embedder):
         self.max_input_tokens = limit
         self.query_prefix = query_prefix or ""
         self.document_prefix = document_prefix or ""
-        self.batch_size = positive_int(batch_size or 128, "batch_size")
-        self.max_batch_tokens = positive_int(max_batch_tokens or 100_000, "max_batch_tokens")
+        self.batch_size = positive_int(128 if batch_size is None else batch_size, "batch_size")
+        self.max_batch_tokens = positive_int(
+            100_000 if max_batch_tokens is None else max_batch_tokens, "max_batch_tokens"
+        )
         self.timeout = positive_float(timeout if timeout is not None else DEFAULT_TIMEOUT, "timeout")
-        if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)):
-            raise InputError(f"The embedding option max_retries must be a whole number, not {max_retries!r}.")
-        self.max_retries = max(0, max_retries) if max_retries is not None else 6
-        self.retry_base_delay = positive_float(retry_base_delay or 0.5, "retry_base_delay")
-        self.max_retry_wait = positive_float(max_retry_wait or 120.0, "max_retry_wait")
+        if max_retries is not None and (
+            isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= 100
+        ):
+            raise InputError(
+                f"The embedding option max_retries must be a whole number from 0 to 100, not {max_retries!r}."
+            )
+        self.max_retries = max_retries if max_retries is not None else 6
+        self.retry_base_delay = positive_float(
+            0.5 if retry_base_delay is None else retry_base_delay, "retry_base_delay"
+        )
+        self.max_retry_wait = positive_float(120.0 if max_retry_wait is None else max_retry_wait, "max_retry_wait")
         self.send_input_type = bool(send_input_type)
         self.rate_limiter = rate_limiter
         if encoding_format is not None and encoding_format not in ENCODINGS:
             raise InputError(f"The embedding option encoding_format must be base64 or float, not {encoding_format!r}.")
         # base64 unless told otherwise; switched to float for good if the server refuses base64.
         self.encoding_format = encoding_format or "base64"
+        url_from_environment = not base_url and bool(os.environ.get("OPENAI_BASE_URL"))
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self.api_key_env = _api_key_env(api_key_env)
         # An explicit api_key (library code) is used as given and never stored; otherwise the variable named by
-        # api_key_env is read, so a registry row only ever holds the variable's name.
+        # api_key_env is read, so a registry row only ever holds the variable's name. A key read from the
+        # environment goes only to a URL this process's operator approved for it (TOOLKIT_API_KEY_URLS).
+        if not api_key and os.environ.get(self.api_key_env) and not url_from_environment:
+            check_key_destination(self.api_key_env, self.base_url or DEFAULT_BASE_URL)
         api_key = api_key or os.environ.get(self.api_key_env)
         if not api_key:
             if self.base_url is None:
@@ -381,6 +393,68 @@ def decode_embeddings(items: list, *, source: str) -> np.ndarray:
             "e.g. strings or nulls); nothing was kept. The server is not OpenAI-compatible in its answers."
         )
     return array.astype(np.float32)
+
+
+# Where every key variable may be sent besides what TOOLKIT_API_KEY_URLS approves: OpenAI's own API (a model may
+# name its own OpenAI key with api_key_env, which only the owner may register).
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+KEY_URLS_ENV = "TOOLKIT_API_KEY_URLS"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _url_parts(url: str) -> tuple[str, str, int | None, str] | None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    except ValueError:
+        return None
+    if not parts.scheme or not parts.hostname or parts.username or parts.password:
+        return None
+    return parts.scheme.lower(), parts.hostname.lower(), port, parts.path.rstrip("/")
+
+
+def approved_key_urls(environ=None) -> dict[str, list[str]]:
+    """The URLs each key variable may be sent to besides OpenAI's own API: what ``TOOLKIT_API_KEY_URLS`` lists
+    (``VARIABLE=URL[,URL...]`` entries separated by spaces, semicolons or new lines), set by the operator of this
+    process. A URL covers the paths below it."""
+    environ = os.environ if environ is None else environ
+    approved: dict[str, list[str]] = {}
+    for entry in re.split(r"[\s;]+", environ.get(KEY_URLS_ENV, "").strip()):
+        if not entry:
+            continue
+        name, _, urls = entry.partition("=")
+        if not _ENV_NAME.match(name) or not urls:
+            raise InputError(
+                f"{KEY_URLS_ENV} must list VARIABLE=URL[,URL...] entries separated by spaces, not {entry!r}."
+            )
+        for url in urls.split(","):
+            if _url_parts(url) is None:
+                raise InputError(f"{KEY_URLS_ENV}: {url!r} is not a URL such as https://llm.internal:8443/v1.")
+            approved.setdefault(name, []).append(url)
+    return approved
+
+
+def check_key_destination(variable: str, url: str, environ=None) -> None:
+    """Refuses to send the key in ``variable`` to ``url`` unless this process's operator approved that URL for it
+    (``approved_key_urls``): a model's server and key variable come from the registry, which another role may have
+    written; the key is this process's."""
+    target = _url_parts(url)
+    for approved in [DEFAULT_BASE_URL, *approved_key_urls(environ).get(variable, [])]:
+        allowed = _url_parts(approved)
+        if (
+            target
+            and allowed
+            and target[:3] == allowed[:3]
+            and (target[3] == allowed[3] or target[3].startswith(allowed[3] + "/"))
+        ):
+            return
+    raise InputError(
+        f"The key in {variable} would be sent to {url}, which this process's operator has not approved for it; "
+        f"nothing was sent. If that server should receive it, add {variable}={url} to the environment variable "
+        f"{KEY_URLS_ENV} (space-separated VARIABLE=URL entries)."
+    )
 
 
 def _api_key_env(name: str | None) -> str:

@@ -88,8 +88,8 @@ def check(measured: dict[str, float], baseline: Baseline) -> GateResult:
 
 @contextlib.contextmanager
 def _lexical_database() -> Iterator:
-    """A throwaway embedded PostgreSQL with the toolkit schema, for full-text ranking (its to_tsvector and BM25
-    settings make the ranking the one SQL serves); stopped and removed afterwards."""
+    """A throwaway embedded PostgreSQL with the toolkit schema, for full-text ranking and passages (its to_tsvector
+    and retrieval settings make them the ones SQL serves); stopped and removed afterwards."""
     from toolkit.db import connection, migrate, server
 
     directory = Path(tempfile.mkdtemp(prefix="toolkit-eval-gate-"))
@@ -111,8 +111,8 @@ def measure(config: str, model: str, k: int, retrieval: str = "vector") -> tuple
     from toolkit.evaluation.offline import evaluate
     from toolkit.evaluation.retrieval import split_retrievals
 
-    lexical = any(r.lexical for r in split_retrievals(retrieval))
-    with _lexical_database() if lexical else contextlib.nullcontext() as conn:
+    needs_database = any(r.needs_settings for r in split_retrievals(retrieval))
+    with _lexical_database() if needs_database else contextlib.nullcontext() as conn:
         report = evaluate(
             SAMPLE_DOCS, SAMPLE_QUERIES, [config], embedder=get_embedder(model), k=k, retrieval=retrieval, conn=conn
         )

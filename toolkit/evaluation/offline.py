@@ -24,6 +24,7 @@ from toolkit.evaluation.bag_of_words import bow_scores
 from toolkit.evaluation.frontier import mark_pareto
 from toolkit.evaluation.metrics import Span, aggregate, cut_answers, score_query
 from toolkit.evaluation.queries import LabelledQuery, load_queries
+from toolkit.evaluation.retrieval import passage_budget
 
 SCORERS = ("embedding", "bow")
 DEFAULT_INPUT_PRICE = 2.0  # USD per million LLM input tokens, the assumption of the 004 cost table
@@ -217,16 +218,15 @@ def evaluate(
         retrievals = [None]
     else:
         retrievals = split_retrievals(retrieval)
-        if any(r.lexical for r in retrievals):
+        if any(r.needs_settings for r in retrievals):
             if conn is None:
                 raise InputError(
-                    "Full-text ranking (retrieval text or hybrid) asks PostgreSQL for the lexemes and BM25 settings; "
-                    "pass a connection (the CLI opens the database), or use --retrieval vector."
+                    "Full-text ranking (retrieval text or hybrid) and passage assembly ask PostgreSQL for the lexemes "
+                    "and the retrieval settings; pass a connection (the CLI opens the database), or use "
+                    "--retrieval vector:assemble=off."
                 )
-            from toolkit.evaluation.retrieval import lexical_settings
-
-            settings = _lexical_settings_or_error(conn, lexical_settings)
-            retrievals = [r.resolved(settings) if r.lexical else r for r in retrievals]
+            settings = _retrieval_settings_or_error(conn)
+            retrievals = [r.resolved(settings) if r.needs_settings else r for r in retrievals]
     skipped: list[str] = []
     documents = dict(corpus) if isinstance(corpus, dict) else read_corpus(corpus, skipped)
     labelled = load_queries(queries, documents) if isinstance(queries, str | Path) else list(queries)
@@ -299,15 +299,17 @@ def _chunker(spec: str, embedder):
     return get_chunker(spec, embedder=embedder)
 
 
-def _lexical_settings_or_error(conn, lexical_settings) -> dict:
+def _retrieval_settings_or_error(conn) -> dict:
     import psycopg
+
+    from toolkit.evaluation.retrieval import retrieval_settings
 
     try:
         with conn.transaction():
-            return lexical_settings(conn)
+            return retrieval_settings(conn)
     except psycopg.errors.UndefinedFunction:
         raise InputError(
-            "The database has no toolkit.lexical_settings(); its toolkit schema is older than this toolkit. "
+            "The database has no toolkit.retrieval_settings(); its toolkit schema is older than this toolkit. "
             "Run toolkit migrate, then evaluate again."
         ) from None
 
@@ -352,14 +354,15 @@ def _evaluate_config(
     rankings = rank_chunks(chunks, vectors, query_vectors, [q.query for q in queries], retrievals, k, small_to_big,
                            conn)  # fmt: skip
     results = []
-    # Passages fill k slots within k x size tokens (the budget every configuration gets); chars-unit specs and
-    # small-to-big (which hands back parents) keep their own units.
-    budget = k * chunker.spec.size if not small_to_big and chunker.unit == "tokens" else None
     for retrieval, hits in zip(retrievals, rankings, strict=True):
-        assemble = retrieval.assemble and budget is not None
+        # Passages fill k slots within k x passage_chunks mean chunks of tokens (toolkit.search_passages);
+        # small-to-big hands back parents instead.
+        budget = None
+        if retrieval.assemble and not small_to_big:
+            budget = passage_budget(k, [c.token_count for c in chunks], retrieval.passage_chunks)
         result = score_config(
             spec, chunker.version, chunks, parents if small_to_big else None, hits, documents, queries, k,
-            input_price, budget=budget if assemble else None,
+            input_price, budget=budget,
         )  # fmt: skip
         result.retrieval = retrieval.label
         results.append(result)
@@ -374,12 +377,16 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
     from toolkit.evaluation import retrieval as lexical
 
     ids = [c.chunk_id for c in chunks]
-    depth = min(len(chunks), k * HITS_PER_CONTEXT)
     distances = lexical.cosine_distances(query_vectors, vectors)
     vector_orders = [lexical.order_by(row, ids, descending=False) for row in distances]
     results = []
     lexemes_by_config: dict[str, tuple] = {}
     for retrieval in retrievals:
+        # Passages are made from hits_per_passage x k hits (search_passages), contexts from HITS_PER_CONTEXT x k.
+        per_result = (
+            HITS_PER_CONTEXT if small_to_big or retrieval.hits_per_passage is None else retrieval.hits_per_passage
+        )
+        depth = min(len(chunks), k * per_result)
         if not retrieval.lexical:
             results.append([[chunks[i] for i in order[:depth]] for order in vector_orders])
             continue
@@ -414,11 +421,13 @@ def score_config(
     input_price: float,
     *,
     budget: int | None = None,
+    retrieved: Sequence[Sequence] | None = None,
 ) -> ConfigResult:
     """Score one configuration from its searched ``chunks``, its small-to-big ``parents`` (chunk id → parent,
     or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts). With a
     token ``budget`` the hits are assembled into at most k passages within it
-    (`toolkit.evaluation.retrieval.assemble`)."""
+    (`toolkit.evaluation.retrieval.assemble`); ``retrieved`` gives per query what was handed over instead (units with
+    doc id, span and tokens, as served)."""
     from toolkit.chunking.files import sentences_cut
 
     small_to_big = parents is not None
@@ -427,18 +436,20 @@ def score_config(
     for unit in units:
         spans_by_doc[unit.doc_id].append(Span(unit.doc_id, unit.start, unit.end))
     scored, tokens, counts = [], [], []
-    for q, found in zip(queries, hits, strict=True):
-        if small_to_big:
-            retrieved = _contexts(found, parents, documents, k)
+    for n, (q, found) in enumerate(zip(queries, hits, strict=True)):
+        if retrieved is not None:
+            retrieved_units = list(retrieved[n])
+        elif small_to_big:
+            retrieved_units = _contexts(found, parents, documents, k)
         elif budget is not None:
-            retrieved = _passages(found, documents, k, budget)
+            retrieved_units = _passages(found, documents, k, budget)
         else:
-            retrieved = [_unit(c) for c in found[:k]]
-        counts.append(len(retrieved))
+            retrieved_units = [_unit(c) for c in found[:k]]
+        counts.append(len(retrieved_units))
         gold_docs = {span.doc_id for span in q.answers}
         candidates = [span for doc in gold_docs for span in spans_by_doc.get(doc, [])]
-        scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved], q.answers, k, candidates))
-        tokens.append(sum(u.tokens for u in retrieved))
+        scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved_units], q.answers, k, candidates))
+        tokens.append(sum(u.tokens for u in retrieved_units))
     metrics = aggregate(scored, k)
     first_hits = [_first_hit(s, q, k) for s, q in zip(scored, queries, strict=True)]
     hits_at = [sum(1 for rank in first_hits if rank is not None and rank <= depth_) for depth_ in range(1, k + 1)]
@@ -491,18 +502,11 @@ def _first_hit(scores, query: LabelledQuery, k: int) -> int | None:
 
 
 def _passages(hits: list, documents: dict[str, str], k: int, budget: int) -> list[Unit]:
-    """Hits assembled into passages (`toolkit.evaluation.retrieval.assemble`); a merged passage's tokens are counted on
-    its
-    text under its first chunk's heading path, as a context is."""
-    from toolkit.chunking import compose_embed_text
+    """Hits assembled into passages as ``toolkit.search_passages`` assembles them
+    (`toolkit.evaluation.retrieval.assemble`)."""
     from toolkit.evaluation.retrieval import assemble
-    from toolkit.text.tokens import count_tokens
 
-    def tokens(doc_id, start, end, members):
-        first = min(members, key=lambda c: c.start)
-        return count_tokens(compose_embed_text(first.heading_path, "", documents[doc_id][start:end]))
-
-    return [Unit(p.doc_id, p.start, p.end, p.tokens) for p in assemble(hits, k, budget, documents, tokens)]
+    return [Unit(p.doc_id, p.start, p.end, p.tokens) for p in assemble(hits, k, budget, documents)]
 
 
 def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> list[Unit]:
@@ -574,11 +578,10 @@ def evaluate_request(
 
     directory = None if no_cache or scorer == "bow" else (cache_dir or default_cache_dir())
     if version is not None:
-        if retrieval:
-            raise InputError("--version searches the version through SQL as applications do; drop --retrieval.")
         report = _evaluate_stored(
-            version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect
-        )
+            version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect,
+            served_retrieval(retrieval),
+        )  # fmt: skip
     else:
         report = _evaluate_corpus(
             corpus, configs, model, scorer, retrieval, queries, k, input_price, directory, progress, connect
@@ -610,9 +613,10 @@ def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, inpu
         embedder = None
     configs = configs or [recommended_spec(getattr(embedder, "max_input_tokens", None))]
     retrieval = list(retrieval) or None
-    lexical = scorer == "embedding" and any(r.lexical for r in split_retrievals(retrieval))
+    # Full text and passages read SQL's lexemes and settings: the command's database.
+    needs_database = scorer == "embedding" and any(r.needs_settings for r in split_retrievals(retrieval))
     with contextlib.ExitStack() as stack:
-        conn = stack.enter_context(connect()) if lexical else None
+        conn = stack.enter_context(connect()) if needs_database else None
         cache = stack.enter_context(EmbeddingCache(directory))
         return evaluate(
             list(corpus),
@@ -629,7 +633,30 @@ def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, inpu
         )
 
 
-def _evaluate_stored(version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect):
+def served_retrieval(retrieval) -> str:
+    """The search() retrieval a stored version is evaluated with: ``hybrid`` (the default, with passages) is
+    ``passages``, ``hybrid:assemble=off`` is ``hybrid`` (fused chunks), ``vector:assemble=off`` is ``vector``; other
+    settings exist only offline (SQL serves its own)."""
+    from toolkit.evaluation.retrieval import SETTINGS, split_retrievals
+
+    if not retrieval:
+        return "passages"
+    chosen = split_retrievals(retrieval)
+    if len(chosen) == 1 and all(getattr(chosen[0], name) is None for name in SETTINGS):
+        r = chosen[0]
+        served = {("hybrid", True): "passages", ("hybrid", False): "hybrid", ("vector", False): "vector"}
+        if (r.mode, r.assemble) in served and r.text_search_config == "english":
+            return served[(r.mode, r.assemble)]
+    raise InputError(
+        f"--version searches the version through SQL as applications do, which serves hybrid (passages, the default), "
+        f"hybrid:assemble=off (fused chunks) or vector:assemble=off (chunks by distance); not "
+        f"{','.join([retrieval] if isinstance(retrieval, str) else retrieval)!r}."
+    )
+
+
+def _evaluate_stored(
+    version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect, retrieval
+):
     from toolkit.evaluation.cache import EmbeddingCache
     from toolkit.evaluation.stored import evaluate_version
 
@@ -639,7 +666,9 @@ def _evaluate_stored(version, corpus, configs, model, scorer, queries, k, tenant
             f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
         )
     with connect() as conn, EmbeddingCache(directory) as cache:
-        return evaluate_version(conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache)
+        return evaluate_version(
+            conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache, retrieval=retrieval
+        )
 
 
 def _model_embedder(model: str | None, connect):

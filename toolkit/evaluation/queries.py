@@ -120,6 +120,8 @@ def parse_queries(lines: Iterable[str], documents: Mapping[str, str], source: st
             raise InputError(
                 f"{where}: not valid JSON ({error.msg}); each line must be one object like {EXAMPLE}"
             ) from None
+        except RecursionError:
+            raise InputError(f"{where}: JSON nested too deeply to read; each line must be one flat object.") from None
         if not isinstance(record, dict):
             raise InputError(f"{where}: each line must be one JSON object like {EXAMPLE}")
         query = record.get("query")
@@ -142,11 +144,8 @@ def read_sample_documents() -> dict[str, str]:
 
 def load_queries(path: str | Path, documents: Mapping[str, str]) -> list[LabelledQuery]:
     """Read a labelled-query JSONL file; `documents` maps each doc id to the raw text the offsets refer to."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputError(f"Cannot read the query file {str(path)!r} ({error.strerror}); check the path.") from None
-    except UnicodeDecodeError:
-        raise InputError(f"The query file {str(path)!r} is not UTF-8 text; save it as UTF-8 JSONL.") from None
+    from toolkit.text.sources import read_text_file
+    from toolkit.validation import QUERY_FILE_BYTES
+
+    text = read_text_file(path, "query file", QUERY_FILE_BYTES)  # a regular file (not a pipe), at most 64 MB
     return parse_queries(text.splitlines(), documents, source=str(path))

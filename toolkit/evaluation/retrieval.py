@@ -26,8 +26,9 @@ DEFAULT_TEXT_SEARCH_CONFIG = "english"
 @dataclass(frozen=True)
 class Retrieval:
     """How chunks are ranked: ``mode`` vector, text (BM25 alone) or hybrid (both fused by RRF), and whether hits
-    are assembled into passages (``assemble``). BM25's ``k1`` and ``b``, ``rrf_k`` and ``candidates`` left as None
-    take SQL's defaults (``toolkit.lexical_settings()``), so the offline ranking is the served one."""
+    are assembled into passages (``assemble``). BM25's ``k1`` and ``b``, ``rrf_k``, ``candidates``,
+    ``hits_per_passage`` and ``passage_chunks`` left as None take SQL's defaults (``toolkit.retrieval_settings()``),
+    so the offline ranking is the served one (``toolkit.search_passages``: hybrid, assembled)."""
 
     mode: str = "hybrid"
     assemble: bool = True
@@ -35,6 +36,8 @@ class Retrieval:
     b: float | None = None
     rrf_k: int | None = None
     candidates: int | None = None
+    hits_per_passage: int | None = None
+    passage_chunks: float | None = None
     text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG
     # The label as given, kept when SQL's defaults are filled in (``resolved``).
     given: str = field(default="", compare=False, repr=False)
@@ -48,7 +51,13 @@ class Retrieval:
                 raise InputError(f"BM25's {name} must be a finite number ≥ 0, not {value!r}.")
         if self.b is not None and self.b > 1:
             raise InputError(f"BM25's b must be between 0 and 1, not {self.b!r}.")
-        for name, low in (("rrf_k", 0), ("candidates", 1)):
+        if self.passage_chunks is not None and (
+            not isinstance(self.passage_chunks, int | float)
+            or not math.isfinite(self.passage_chunks)
+            or self.passage_chunks <= 0
+        ):
+            raise InputError(f"passage_chunks must be a number > 0, not {self.passage_chunks!r}.")
+        for name, low in (("rrf_k", 0), ("candidates", 1), ("hits_per_passage", 1)):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise InputError(f"{name} must be a whole number ≥ {low}, not {value!r}.")
@@ -63,7 +72,7 @@ class Retrieval:
         if self.given:
             return self.given
         parts = [self.mode]
-        for name in ("k1", "b", "rrf_k", "candidates"):
+        for name in SETTINGS:
             if getattr(self, name) is not None:
                 parts.append(f"{name}={getattr(self, name)}")
         if self.text_search_config != DEFAULT_TEXT_SEARCH_CONFIG:
@@ -72,10 +81,19 @@ class Retrieval:
             parts.append("assemble=off")
         return ":".join(parts)
 
+    @property
+    def needs_settings(self) -> bool:
+        """Whether it ranks by full text or assembles passages: both read SQL's settings."""
+        return self.lexical or self.assemble
+
     def resolved(self, settings: dict) -> Retrieval:
-        """This retrieval with SQL's defaults (``lexical_settings``) filled in."""
-        values = {name: settings[name] if getattr(self, name) is None else getattr(self, name) for name in settings}
+        """This retrieval with SQL's defaults (``retrieval_settings``) filled in."""
+        values = {name: settings[name] if getattr(self, name) is None else getattr(self, name) for name in SETTINGS}
         return dataclasses.replace(self, given=self.label, **values)
+
+
+# The settings a retrieval takes from SQL (toolkit.retrieval_settings(), whose columns they are).
+SETTINGS = ("k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks")
 
 
 def parse_retrieval(text: str | Retrieval | None) -> Retrieval:
@@ -87,7 +105,16 @@ def parse_retrieval(text: str | Retrieval | None) -> Retrieval:
         return Retrieval()
     mode, *options = str(text).strip().split(":")
     values: dict = {}
-    kinds = {"k1": float, "b": float, "rrf_k": int, "candidates": int, "config": str, "assemble": str}
+    kinds = {
+        "k1": float,
+        "b": float,
+        "rrf_k": int,
+        "candidates": int,
+        "hits_per_passage": int,
+        "passage_chunks": float,
+        "config": str,
+        "assemble": str,
+    }
     for option in options:
         parsed = key_value(option, kinds)
         if parsed is None:
@@ -149,10 +176,17 @@ def chunk_lexemes(conn, chunks: Sequence, config: str = DEFAULT_TEXT_SEARCH_CONF
     return result
 
 
-def lexical_settings(conn) -> dict:
-    """The SQL defaults (``toolkit.lexical_settings()``): k1, b, rrf_k and candidates."""
-    cur = conn.execute("SELECT * FROM toolkit.lexical_settings()")
+def retrieval_settings(conn) -> dict:
+    """The SQL defaults (``toolkit.retrieval_settings()``): k1, b, rrf_k, candidates, hits_per_passage and
+    passage_chunks."""
+    cur = conn.execute("SELECT * FROM toolkit.retrieval_settings()")
     return dict(zip([c.name for c in cur.description], cur.fetchone(), strict=True))
+
+
+def served_retrieval(conn) -> str:
+    """The label SQL gives the retrieval it serves by default (``toolkit.served_retrieval()``), which a
+    verification records."""
+    return conn.execute("SELECT toolkit.served_retrieval()").fetchone()[0]
 
 
 def query_lexemes(conn, queries: Sequence[str], config: str = DEFAULT_TEXT_SEARCH_CONFIG) -> list[list[str]]:
@@ -253,46 +287,82 @@ class Passage:
     members: list  # the hits it is made of, in rank order
 
 
-def touches(text: str, a: tuple[int, int], b: tuple[int, int]) -> bool:
-    """Whether two spans of ``text`` overlap or only whitespace lies between them."""
+def touches(text: str | None, a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two spans of a document overlap or only ASCII whitespace lies between them (``toolkit._spans_touch``);
+    spans of a document whose text is unknown touch only when they overlap."""
     (_, e1), (s2, _) = sorted((a, b))
-    return s2 <= e1 or not text[e1:s2].strip()
+    if s2 <= e1:
+        return True
+    return text is not None and not text[e1:s2].strip(_WHITESPACE)
 
 
-def assemble(hits: Sequence, k: int, budget: int, documents, count_tokens, *, extend: bool = True) -> list[Passage]:
-    """Hits (chunks, best first) into at most ``k`` passages totalling at most ``budget`` tokens.
+# What SQL's _spans_touch counts as whitespace: space, tab, line feed, carriage return, form feed, vertical tab.
+_WHITESPACE = " \t\n\r\f\v"
 
-    A hit that overlaps or touches a passage of its document (only whitespace between them) joins it, so no
-    text is handed over twice and a freed slot goes to a new passage; a hit that would take the total past
-    ``budget`` is skipped and the next one tried. Once ``k`` passages are open, later hits only extend them
-    (``extend``) or are dropped. ``documents`` maps doc id to text; ``count_tokens(doc_id, start, end,
-    members)`` gives a merged passage's tokens."""
-    passages: list[Passage] = []
+
+def passage_tokens(span_chars: int, member_tokens: int, member_chars: int) -> int:
+    """A merged passage's tokens: its length at its members' tokens per character, rounded up
+    (``toolkit._passage_tokens``); one chunk: its token count."""
+    if member_chars <= 0:
+        return int(member_tokens)
+    return -(-span_chars * member_tokens // member_chars)
+
+
+def passage_budget(k: int, chunk_tokens: Sequence[int], passage_chunks: float) -> int:
+    """The token budget of k passages: k x passage_chunks x the mean chunk tokens, rounded up, as
+    ``toolkit.search_passages`` computes it over the tenant's chunks."""
+    if not chunk_tokens:
+        return 0
+    return math.ceil(k * passage_chunks * (sum(int(n) for n in chunk_tokens) / len(chunk_tokens)))
+
+
+@dataclass
+class _Open:
+    doc_id: str
+    start: int
+    end: int
+    tokens: int
+    member_tokens: int
+    member_chars: int
+    best: int
+    members: list
+
+
+def assemble(hits: Sequence, k: int, budget: int, documents) -> list[Passage]:
+    """Hits (chunks, best first) into at most ``k`` passages totalling at most ``budget`` tokens, as
+    ``toolkit.search_passages`` assembles them.
+
+    A hit that overlaps or touches passages of its document (only whitespace between them) joins them, so no text
+    is handed over twice; a hit that would take the total past ``budget`` is skipped and the next one tried; once
+    ``k`` passages are open, later hits only extend them. ``documents`` maps doc id to text (a missing one touches
+    only by overlap). A merged passage's tokens are ``passage_tokens`` of its members."""
+    passages: list[_Open] = []
     total = 0
     for rank, hit in enumerate(hits):
-        text = documents[hit.doc_id]
+        text = documents.get(hit.doc_id)
         joined = [
             p for p in passages if p.doc_id == hit.doc_id and touches(text, (p.start, p.end), (hit.start, hit.end))
         ]
-        if joined and not extend and len(passages) >= k:
-            continue
         if joined:
             start = min([hit.start, *(p.start for p in joined)])
             end = max([hit.end, *(p.end for p in joined)])
-            members = [m for p in joined for m in p.members] + [hit]
-            tokens = count_tokens(hit.doc_id, start, end, members)
+            member_tokens = hit.token_count + sum(p.member_tokens for p in joined)
+            member_chars = (hit.end - hit.start) + sum(p.member_chars for p in joined)
+            tokens = passage_tokens(end - start, member_tokens, member_chars)
             new_total = total - sum(p.tokens for p in joined) + tokens
             if new_total > budget:
                 continue
             keep = [p for p in passages if all(p is not j for j in joined)]
-            merged = Passage(hit.doc_id, start, end, tokens, min(p.best for p in joined), members)
+            members = [m for p in joined for m in p.members] + [hit]
+            best = min(p.best for p in joined)
+            merged = _Open(hit.doc_id, start, end, tokens, member_tokens, member_chars, best, members)
             passages = sorted([*keep, merged], key=lambda p: p.best)
             total = new_total
             continue
-        if len(passages) >= k:
+        if len(passages) >= k or total + hit.token_count > budget:
             continue
-        if total + hit.token_count > budget:
-            continue
-        passages.append(Passage(hit.doc_id, hit.start, hit.end, hit.token_count, rank, [hit]))
+        passages.append(
+            _Open(hit.doc_id, hit.start, hit.end, hit.token_count, hit.token_count, hit.end - hit.start, rank, [hit])
+        )
         total += hit.token_count
-    return passages
+    return [Passage(p.doc_id, p.start, p.end, p.tokens, p.best, p.members) for p in passages]

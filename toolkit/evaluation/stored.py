@@ -9,7 +9,7 @@ from pathlib import Path
 
 from toolkit.errors import InputError
 from toolkit.evaluation.frontier import mark_pareto
-from toolkit.evaluation.offline import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, score_config
+from toolkit.evaluation.offline import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, Unit, score_config
 from toolkit.evaluation.queries import load_queries
 from toolkit.store.chunk_table import version_table
 
@@ -38,10 +38,11 @@ def evaluate_version(
     tenant: str | None = None,
     input_price: float = DEFAULT_INPUT_PRICE,
     cache=None,
+    retrieval: str = "passages",
 ) -> EvalReport:
-    """Evaluate a version already in the database: its stored chunks, searched through the pinned SQL search
-    function applications use (``toolkit.search_chunks`` as the reader role, its HNSW index), questions embedded with
-    the version's model. The documents and answers are the tenant's stored raw texts."""
+    """Evaluate a version already in the database: its stored chunks, searched as applications search them
+    (``search()`` with its defaults: ``toolkit.search_passages`` as the reader role, on the HNSW index), questions
+    embedded with the version's model. The documents and answers are the tenant's stored raw texts."""
     from psycopg import sql
 
     from toolkit.evaluation.cache import EmbeddingCache
@@ -82,13 +83,30 @@ def evaluate_version(
     by_id = {c.chunk_id: c for c in chunks}
     cache = cache if cache is not None else EmbeddingCache()
     vectors = cache.embed_queries(embedder, [q.query for q in labelled])
-    depth = k * HITS_PER_CONTEXT if parents else k
     as_reader = can_be_reader(conn)
-    hits = []
-    for vector in vectors:
-        found = search(conn, vector, tenant, depth, version=version, log=False)
-        hits.append([by_id[hit.chunk_ids[0]] for hit in found])
-    result = score_config(f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price)
+    hits, served = [], None
+    if parents:
+        # Small-to-big: the children searched (vector), their parents scored as contexts.
+        for vector in vectors:
+            found = search(conn, vector, tenant, k * HITS_PER_CONTEXT, version=version, log=False, retrieval="vector")
+            hits.append([by_id[hit.chunk_ids[0]] for hit in found])
+    else:
+        # What an application gets: search() with its defaults (toolkit.search_passages) or the retrieval named,
+        # scored as handed over.
+        served = []
+        for q, vector in zip(labelled, vectors, strict=True):
+            found = search(conn, vector, tenant, k, version=version, log=False, query_text=q.query, retrieval=retrieval)
+            served.append(
+                [Unit(h.doc_id, h.start, h.end, h.tokens if h.tokens is not None else by_id[h.chunk_ids[0]].token_count)
+                 for h in found]
+            )  # fmt: skip
+            hits.append([by_id[hit.chunk_ids[0]] for hit in found])
+    result = score_config(
+        f"v{version}", chunker_version, chunks, parents, hits, documents, labelled, k, input_price, retrieved=served
+    )
+    result.retrieval = {"passages": "hybrid", "hybrid": "hybrid:assemble=off", "vector": "vector:assemble=off"}.get(
+        retrieval, retrieval
+    )
     mark_pareto([result])
     return EvalReport(
         model=f"{embedder.ref} (alias {alias})",
@@ -104,6 +122,6 @@ def evaluate_version(
         notes=[
             f"version {version} of tenant {tenant!r}: stored chunks searched through SQL"
             + (" as toolkit_reader" if as_reader else "")
-            + " on its HNSW index (approximate, as applications see it), not by exact cosine."
+            + f" with search(retrieval={retrieval!r}) on the HNSW index, as applications see it."
         ],
     )

@@ -82,6 +82,10 @@ class LiveVersion:
     _embedder: object = None
 
     table_name: str = ""  # the version's table, quoted, as SQL names it (toolkit.live_versions().chunk_table)
+    # Ingest writes this version's new rows without embeddings, for its backfill (toolkit.embedding_deferred).
+    embedding_deferred: bool = False
+    # Still being built: ingest defers to its backfill what it cannot embed into it (a model that fails here).
+    building: bool = False
 
     @property
     def table(self) -> sql.Composable:
@@ -123,12 +127,25 @@ def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
     """Every version that receives writes (``toolkit.live_versions()``: every state but retired), oldest first."""
     with conn.transaction():
         rows = conn.execute(
-            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, chunk_table"
-            " FROM toolkit.live_versions()"
+            "SELECT l.version, l.model_alias, l.chunker_spec, l.chunker_version, l.storage, l.dimensions,"
+            " l.chunk_table,"
+            " toolkit.embedding_deferred(l.version),"
+            " (SELECT v.state = 'building' FROM toolkit.versions AS v WHERE v.version = l.version)"
+            " FROM toolkit.live_versions() AS l"
         ).fetchall()
     return [
-        LiveVersion(v, get_model(conn, alias), spec, cv, storage, dims, table_name=table)
-        for v, alias, spec, cv, storage, dims, table in rows
+        LiveVersion(
+            v,
+            get_model(conn, alias),
+            spec,
+            cv,
+            storage,
+            dims,
+            table_name=table,
+            embedding_deferred=deferred,
+            building=bool(building),
+        )
+        for v, alias, spec, cv, storage, dims, table, deferred, building in rows
     ]
 
 

@@ -49,14 +49,27 @@ def validate_alias(alias: str) -> str:
 
 
 def refuse_secrets(conn: psycopg.Connection, options: dict | None, base_url: str | None) -> None:
-    """Refuses options or a base URL that would store a secret (SQL's rule), before anything is probed or stored."""
+    """Refuses options or a base URL that would store a secret, and, below the owner, a model that chooses its server
+    or key (SQL's rules: ``toolkit.model_secrets``, ``toolkit.model_destination_refused``), before anything is probed
+    or stored; options that are not a flat object (a list, a nested object) first."""
+    validation.model_options(options)
     with translate_errors(), conn.transaction():
-        found = conn.execute("SELECT toolkit.model_secrets(%s, %s)", (Jsonb(options or {}), base_url)).fetchone()[0]
+        found, refused = conn.execute(
+            "SELECT toolkit.model_secrets(%s, %s), toolkit.model_destination_refused(%s, %s)",
+            (Jsonb(options or {}), base_url, Jsonb(options or {}), base_url),
+        ).fetchone()
     if found:
         raise InputError(
             f"The model would store a secret ({', '.join(found)}); keys never go into the database. Put the key in "
             "an environment variable and name it with --option api_key_env=VARIABLE (default OPENAI_API_KEY), and "
             "give the URL without user:password@."
+        )
+    if refused:
+        raise InputError(
+            f"Only the owner (toolkit_owner, the DBA) may register a model that chooses its server or key "
+            f"({', '.join(refused)}): a model pointed at a server with another process's key would send that key "
+            "there. Ask the DBA to register it, or leave them out (the provider's default server and each "
+            "process's own OPENAI_API_KEY)."
         )
 
 
@@ -159,15 +172,17 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
 
     settings = dict(model.options)
     settings.update(options)
-    key_variable = settings.pop("api_key_env", None)
+    key_variable = settings.get("api_key_env")
     if key_variable and "api_key" not in options:
-        key = os.environ.get(str(key_variable))
-        if not key:
+        # The provider reads the key itself, so it knows which variable it came from and sends it only where this
+        # process's operator approved (TOOLKIT_API_KEY_URLS).
+        if not os.environ.get(str(key_variable)):
             raise InputError(
                 f"Model {model.alias} reads its API key from the environment variable {key_variable}, which is not "
                 f"set here. Export {key_variable}=... for every toolkit process that embeds with it."
             )
-        settings["api_key"] = key
+    elif key_variable:
+        settings.pop("api_key_env")
     settings["max_input_tokens"] = model.max_input_tokens
     if model.query_prefix:
         settings["query_prefix"] = model.query_prefix
@@ -179,7 +194,12 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
         settings["supports_shortening"] = model.supports_shortening
     if dimensions is not None and dimensions != model.dimensions:
         settings["dimensions"] = dimensions
-    return get_embedder(f"{model.provider}:{model.model_name}", **settings)
+    embedder = get_embedder(f"{model.provider}:{model.model_name}", **settings)
+    if embedder.dimensions is None:
+        # The registry knows the size: every answer, the first included, is checked against it (an embedder that
+        # learnt it from its first answer would, with several workers, blame the right answer for the wrong one).
+        embedder.dimensions = dimensions or model.dimensions
+    return embedder
 
 
 def register_model(

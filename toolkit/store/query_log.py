@@ -10,15 +10,23 @@ from datetime import timedelta
 import psycopg
 
 from toolkit.db.connection import translate_errors
-from toolkit.errors import InputError
+from toolkit.errors import InputError, ToolkitError
 
 
 @dataclass(frozen=True)
 class QueryLogStatus:
+    """``toolkit.query_log_status()``: the settings, the size, the bounds (row cap, rate per login) and what they kept
+    out."""
+
     sample_rate: float
     retention: timedelta
     questions: int
     oldest: object
+    max_rows: int
+    max_per_minute: int
+    skipped_over_rate: int
+    pruned_over_cap: int
+    last_pruned_at: object
 
     def as_dict(self) -> dict:
         values = asdict(self)
@@ -44,10 +52,35 @@ def set_query_log(conn: psycopg.Connection, sample_rate: float, retention: timed
     return query_log_status(conn)
 
 
+def set_query_log_bounds(
+    conn: psycopg.Connection, max_rows: int | None = None, max_per_minute: int | None = None
+) -> QueryLogStatus:
+    """Keeps at most ``max_rows`` questions (the oldest beyond are pruned) and logs at most ``max_per_minute`` per
+    login (the rest are skipped and counted); None keeps a bound. Needs the owner role."""
+    with translate_errors(), conn.transaction():
+        conn.execute("SELECT * FROM toolkit.set_query_log_bounds(%s, %s)", (max_rows, max_per_minute))
+    return query_log_status(conn)
+
+
 def prune_query_log(conn: psycopg.Connection) -> int:
-    """Deletes the questions older than the retention period; returns how many."""
+    """Deletes the questions older than the retention period, then the oldest beyond the row cap; returns how many."""
     with translate_errors(), conn.transaction():
         return conn.execute("SELECT toolkit.prune_query_log()").fetchone()[0]
+
+
+def prune_if_permitted(conn: psycopg.Connection) -> int | None:
+    """Prunes the query log when this role may (writer, deployer, owner) and the server is writable; None otherwise.
+    Status and shadow call it, so expired questions go even when logging is off and nothing else prunes."""
+    with conn.transaction():
+        allowed = conn.execute(
+            "SELECT has_function_privilege('toolkit.prune_query_log()', 'EXECUTE') AND NOT pg_is_in_recovery()"
+        ).fetchone()[0]
+    if not allowed:
+        return None
+    try:
+        return prune_query_log(conn)
+    except (ToolkitError, psycopg.Error):  # e.g. a read-only session: pruning waits for the next chance
+        return None
 
 
 def skipped_on_standby(conn: psycopg.Connection) -> int:

@@ -1,6 +1,6 @@
 """Logins bound to tenants (optional per login, off by default): a bound login sees only its tenants whatever it
-sets ``toolkit.tenant`` to. SQL holds the bindings and enforces them in ``toolkit.current_tenant()``; only the owner
-(the DBA) may change them."""
+sets ``toolkit.tenant`` to. SQL holds the bindings (by role OID) and enforces them in ``toolkit.current_tenant()``
+(failing closed for a bound login that became a service role); only the owner (the DBA) may change them."""
 
 from __future__ import annotations
 
@@ -36,5 +36,14 @@ def unbind_tenants(conn: psycopg.Connection, login: str, tenants: Sequence[str] 
 def tenant_bindings(conn: psycopg.Connection) -> list[dict]:
     with translate_errors(), conn.transaction():
         cur = conn.execute("SELECT * FROM toolkit.list_tenant_bindings()")
+        names = [c.name for c in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def relink_tenant_bindings(conn: psycopg.Connection) -> list[dict]:
+    """Re-links bindings whose role OID names no role to the role of the name they were bound under (after a restore
+    into another cluster); returns what it did per login."""
+    with translate_errors(), conn.transaction():
+        cur = conn.execute("SELECT * FROM toolkit.relink_tenant_bindings()")
         names = [c.name for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

@@ -100,11 +100,15 @@ def pages_of_span(page_starts, start: int, end: int) -> list[int] | None:
     return list(range(first + 1, last + 2))
 
 
-def read_pdf(path: str | Path, *, clean: bool = True) -> PdfText:
-    """The text of the PDF at ``path``; raises ``PdfError`` for an encrypted, image-only or unreadable file,
-    ``ImportError`` when the ``pdf`` extra is not installed. ``clean=False`` keeps every line as extracted (in
-    reading order, pages separated by form feeds): to see what cleaning removed."""
-    pages, title = _extract(Path(path))
+def read_pdf(
+    path: str | Path, *, clean: bool = True, max_pages: int | None = None, max_glyphs: int | None = None
+) -> PdfText:
+    """The text of the PDF at ``path``; raises ``PdfError`` for an encrypted, image-only or unreadable file, or one
+    of more than ``max_pages`` pages or a page of more than ``max_glyphs`` glyphs (None: no limit), ``ImportError``
+    when the ``pdf`` extra is not installed. ``clean=False`` keeps every line as extracted (in reading order, pages
+    separated by form feeds): to see what cleaning removed. This reads in the calling process, with no bound on
+    time or memory: files from elsewhere are read through ``toolkit.text.pdf_process.PdfReader``."""
+    pages, title = _extract(Path(path), max_pages, max_glyphs)
     if not any(page.lines for page in pages):
         if any(page.images for page in pages):
             raise PdfError(
@@ -127,15 +131,68 @@ def _pages(count: int) -> str:
     return "its only page is an image" if count == 1 else f"all its {count} pages are images"
 
 
-def _extract(path: Path) -> tuple[list[_Page], str | None]:
-    """Every page's text lines and image count, and the metadata title; errors become one ``PdfError``."""
+class _TooManyGlyphs(Exception):
+    pass
+
+
+class _ReferenceLoop(Exception):
+    pass
+
+
+def _guard_reference_loops() -> None:
+    """Makes pdfminer's ``PDFObjRef.resolve`` follow a chain of references to its end itself, refusing one that
+    comes back to an object it passed (``7 0 obj 8 0 R`` / ``8 0 obj 7 0 R``): pdfminer's own ``resolve1`` follows
+    such a chain forever at one core. Done once per process; a chain without a loop resolves as before."""
+    from pdfminer.pdftypes import PDFObjRef
+
+    if getattr(PDFObjRef.resolve, "_guards_loops", False):
+        return
+    original = PDFObjRef.resolve
+
+    def resolve(self, default=None):
+        seen = {self.objid}
+        value = original(self, default)
+        while isinstance(value, PDFObjRef):
+            if value.objid in seen:
+                raise _ReferenceLoop(self.objid)
+            seen.add(value.objid)
+            value = original(value, default)
+        return value
+
+    resolve._guards_loops = True
+    PDFObjRef.resolve = resolve
+
+
+def _aggregator(manager, laparams, max_glyphs: int | None):
+    """pdfminer's page aggregator, counting the glyphs each page draws and stopping past ``max_glyphs``: a page
+    that draws millions (a glyph bomb) is refused before its layout is analysed."""
     from pdfminer.converter import PDFPageAggregator
+
+    class Counting(PDFPageAggregator):
+        glyphs = 0
+
+        def begin_page(self, page, ctm) -> None:
+            self.glyphs = 0
+            super().begin_page(page, ctm)
+
+        def render_char(self, *args, **kwargs):
+            self.glyphs += 1
+            if max_glyphs is not None and self.glyphs > max_glyphs:
+                raise _TooManyGlyphs
+            return super().render_char(*args, **kwargs)
+
+    return Counting(manager, laparams=laparams)
+
+
+def _extract(path: Path, max_pages: int | None = None, max_glyphs: int | None = None) -> tuple[list[_Page], str | None]:
+    """Every page's text lines and image count, and the metadata title; errors become one ``PdfError``."""
     from pdfminer.layout import LAParams
     from pdfminer.pdfdocument import PDFDocument, PDFEncryptionError, PDFPasswordIncorrect
     from pdfminer.pdfinterp import PDFPageInterpreter, PDFResourceManager
     from pdfminer.pdfpage import PDFPage
     from pdfminer.pdfparser import PDFParser
 
+    _guard_reference_loops()
     try:
         with open(path, "rb") as file:
             head = file.read(1024)
@@ -146,15 +203,34 @@ def _extract(path: Path) -> tuple[list[_Page], str | None]:
             file.seek(0)
             document = PDFDocument(PDFParser(file), password="")
             title = _title(document)
+            if max_pages is not None:  # count first (cheap: no page is interpreted), refuse before reading any
+                counted = sum(1 for _ in itertools.islice(PDFPage.create_pages(document), max_pages + 1))
+                if counted > max_pages:
+                    raise PdfError(
+                        f"has more than {max_pages:,} pages (the limit is --pdf-max-pages); split it, or raise "
+                        "--pdf-max-pages if it is a real document."
+                    )
             manager = PDFResourceManager(caching=True)
-            device = PDFPageAggregator(manager, laparams=LAParams(all_texts=True, boxes_flow=None))
+            device = _aggregator(manager, LAParams(all_texts=True, boxes_flow=None), max_glyphs)
             interpreter = PDFPageInterpreter(manager, device)
             pages = []
             for page in PDFPage.create_pages(document):
-                interpreter.process_page(page)
+                try:
+                    interpreter.process_page(page)
+                except _TooManyGlyphs:
+                    raise PdfError(
+                        f"draws more than {max_glyphs:,} glyphs on page {len(pages) + 1} (the limit is "
+                        "--pdf-max-glyphs; a dense page holds about 5,000); a PDF built to exhaust a reader (a glyph "
+                        "bomb) looks like this: leave it out, or raise --pdf-max-glyphs if it is real."
+                    ) from None
                 pages.append(_page(device.get_result()))
-    except PdfError:
+    except (PdfError, MemoryError):
         raise
+    except _ReferenceLoop as loop:
+        raise PdfError(
+            f"has a reference loop (object {loop.args[0]} refers back to itself through other references), which "
+            "no reader can resolve; re-export it from its source, or leave it out."
+        ) from None
     except PDFPasswordIncorrect:
         raise PdfError(
             "is encrypted and needs a password to open; decrypt it first (for example qpdf --decrypt --password=… "

@@ -1,0 +1,82 @@
+"""Deleting what a user asks to delete: documents of a tenant (``toolkit delete``) and a whole tenant (``toolkit
+tenant erase``). SQL does the work (``toolkit.delete_documents``, ``toolkit.erase_tenant``): one transaction over the
+documents, their chunks in every live version (building, ready, verified, active, standby) and the query log,
+recorded in ``toolkit.deletions``. A dry run (the CLI's default) returns the same counts and changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import psycopg
+
+from toolkit.db.connection import translate_errors
+from toolkit.errors import InputError
+
+
+@dataclass(frozen=True)
+class Removed:
+    """The rows of one table removed (or, in a dry run, to remove): ``documents``, ``query_log``,
+    ``tenant_bindings``, or a version's chunk table (``chunks_vN``, with ``version``)."""
+
+    relation: str
+    version: int | None
+    rows: int
+
+
+@dataclass(frozen=True)
+class DeletionReport:
+    action: str  # delete or erase
+    tenant: str
+    dry_run: bool
+    doc_ids: list[str] = field(default_factory=list)
+    removed: list[Removed] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.removed)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "rows": self.rows}
+
+
+def _run(conn: psycopg.Connection, statement: str, params: tuple) -> list[Removed]:
+    with translate_errors(), conn.transaction():
+        rows = conn.execute(statement, params).fetchall()
+    return [Removed(relation, version, removed) for relation, version, removed in rows]
+
+
+def delete_documents(
+    conn: psycopg.Connection,
+    tenant: str,
+    doc_ids: Sequence[str],
+    *,
+    dry_run: bool = False,
+    reason: str | None = None,
+) -> DeletionReport:
+    """Deletes ``doc_ids`` of ``tenant``: the documents, their chunks in every live version and the logged questions
+    whose results cite them, in one transaction (the writer's right). An id the tenant does not have is refused and
+    nothing is deleted. With ``dry_run`` nothing changes and the counts say what would go."""
+    if isinstance(doc_ids, str):
+        raise InputError("Pass the document ids as a list, not one string.")
+    ids = sorted(set(doc_ids))
+    if not ids:
+        raise InputError("Name one or more documents to delete (their doc ids, as toolkit show lists them).")
+    removed = _run(
+        conn,
+        "SELECT relation, version, removed FROM toolkit.delete_documents(%s, %s, %s, %s)",
+        (tenant, ids, dry_run, reason),
+    )
+    return DeletionReport("delete", tenant, dry_run, ids, removed)
+
+
+def erase_tenant(
+    conn: psycopg.Connection, tenant: str, *, dry_run: bool = False, reason: str | None = None
+) -> DeletionReport:
+    """Erases ``tenant``: its documents, its rows in every live version, its logged questions and the logins'
+    bindings to it, in one transaction (the deployer's or the owner's right). A tenant of which nothing is stored is
+    refused. With ``dry_run`` nothing changes and the counts say what would go."""
+    removed = _run(
+        conn, "SELECT relation, version, removed FROM toolkit.erase_tenant(%s, %s, %s)", (tenant, dry_run, reason)
+    )
+    return DeletionReport("erase", tenant, dry_run, [], removed)

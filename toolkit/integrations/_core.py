@@ -1,0 +1,121 @@
+"""What the framework retrievers and the HTTP server share: a small pool of database connections, and one search
+request as ``toolkit.search.search`` runs it (its defaults: the serving version for the request key, pinned), with
+each hit's metadata taken from the hit generically (every field but the text), so fields search() gains later
+(e.g. ``kind``, ``hit_ranks``, ``tokens``) reach the applications unchanged."""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+
+from toolkit.errors import InputError
+
+
+class ConnectionPool:
+    """At most ``size`` connections, opened on demand (autocommit: search() opens its own transactions); a connection
+    left broken or inside a transaction is closed, not reused. ``connect`` opens one (default:
+    toolkit.db.connection.connect(url))."""
+
+    def __init__(
+        self, url: str | None = None, *, size: int = 4, connect: Callable[[], psycopg.Connection] | None = None
+    ):
+        if url is None and connect is None:
+            raise InputError("Give the database URL (or a connect function) to search.")
+        if size < 1:
+            raise InputError("The pool needs at least one connection.")
+        self._connect = connect or (lambda: _open(url))
+        self._idle: queue.LifoQueue[psycopg.Connection] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(size)
+        self._closed = False
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = 30.0) -> Iterator[psycopg.Connection]:
+        if not self._slots.acquire(timeout=timeout):
+            raise TimeoutError("Every database connection of the pool stayed busy; retry, or raise the pool size.")
+        conn = None
+        try:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                conn = self._connect()
+            yield conn
+        finally:
+            # A connection goes back only when it is idle and healthy (an error the database raised inside a
+            # transaction the toolkit opened left it idle; a broken one is closed and replaced on demand).
+            if conn is not None:
+                if self._closed or conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    conn.close()
+                else:
+                    self._idle.put(conn)
+            self._slots.release()
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+def _open(url: str) -> psycopg.Connection:
+    from toolkit.db.connection import connect
+
+    return connect(url, autocommit=True)
+
+
+@dataclass
+class SearchRequest:
+    """One search as the application asks it: the tenant, and optionally the request key (canary split), principals
+    (access labels), filters, k, hybrid and expand. Everything search() accepts by keyword may go in ``options``."""
+
+    tenant: str
+    k: int = 5
+    request_key: str | None = None
+    principals: Sequence[str] | None = None
+    filters: dict | None = None
+    hybrid: bool = False
+    expand: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def run(self, conn: psycopg.Connection, question: str, **overrides) -> list:
+        from toolkit.search import search
+
+        chosen = {
+            "k": self.k,
+            "request_key": self.request_key,
+            "principals": self.principals,
+            "filters": self.filters,
+            "hybrid": self.hybrid,
+            "expand": self.expand,
+            **self.options,
+            **overrides,
+        }
+        tenant = chosen.pop("tenant", self.tenant)
+        k = chosen.pop("k")
+        # Only what differs from search()'s own defaults is passed: its defaults are the recommended retrieval.
+        defaults = {"request_key": None, "principals": None, "filters": None, "hybrid": False, "expand": None}
+        for name, value in defaults.items():
+            if name in chosen and chosen[name] == value:
+                del chosen[name]
+        return search(conn, question, tenant, k, **chosen)
+
+
+def hit_metadata(hit) -> dict:
+    """Every field of a hit but its text (doc id, span, heading path, pages, version, model, score, rank, and what
+    the hit carries beside), JSON-ready."""
+    metadata = hit.as_dict() if hasattr(hit, "as_dict") else dict(vars(hit))
+    metadata.pop("text", None)
+    # The framework's own names beside the toolkit's, for code written against other stores.
+    metadata["source"] = hit.doc_id
+    return metadata
+
+
+def hit_id(hit) -> str:
+    """A stable id for a hit: version, document and span (the same text in the same version has the same id)."""
+    return f"v{hit.version}:{hit.doc_id}:{hit.start}-{hit.end}"
