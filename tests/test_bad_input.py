@@ -197,7 +197,8 @@ ROWS = [
     row("db status", "--format", "db status --format {}", choice()),
     row("db start", "--port", "db start --port {}", number(), url=False),
     row("db start", "--standby-of", "db start --standby-of {}", named(REFUSED), url=False),
-    row("db dump", "file", ["db", "dump", V], path(READ, negative=USAGE, non_utf8=REFUSED)),
+    # (a legal name writes a dump file in the current directory: not run, it would be a path the other rows read)
+    row("db dump", "file", ["db", "dump", V], path(WRITE, negative=USAGE)),
     row("db dump", "--format", "db dump --format {} out.dump", choice()),
     # restore (the database holds data: refused, whether the file exists or not)
     row("db restore", "file", ["db", "restore", V], path(REFUSED, negative=USAGE)),
