@@ -9,7 +9,7 @@ Crash trials compare with an uninterrupted run of the same work (rows, content h
   no traceback);
 - ``toolkit migrate`` run again and again (and a downgrade and upgrade of one revision) while reader threads query
   ``active_chunks`` as a reader login, half with prepared statements; two ``toolkit migrate`` at once; a
-  downgrade to base of a database that holds documents;
+  downgrade to base of a database that holds documents; a downgrade to each earlier revision, then every command;
 - the bad values of items 5-8, one by one, and the whole bad-input matrix (tests/test_bad_input.py);
 - a Markdown file that is only a heading; the interrupted-ingest test run again and again (the flaky one);
 - hostile PDFs (issue 28, item 6), each beside two good files in one `toolkit ingest`: a reference loop, a two-layer
@@ -477,6 +477,45 @@ def downgrade_with_data(server: Server, corpus: Path) -> Scenario:
     return scenario
 
 
+def downgrade_then_use(server: Server, corpus: Path) -> Scenario:
+    """Issue 23.1: a documented downgrade to each earlier revision, then every command: each must refuse with one
+    line naming the revision and `toolkit migrate`, and write nothing; `toolkit migrate` then brings it back."""
+    from toolkit.db import migrate
+    from toolkit.db.connection import connect
+    from toolkit.ingest import ingest
+
+    scenario = Scenario("23.1", "downgrade to each earlier revision, then every command (refused, nothing written)")
+    commands = [
+        ["status"],
+        ["ingest", str(corpus), "--tenant", TENANT],
+        ["backfill", "--model", "h", "--chunker", CHUNKER],
+        ["search", "rule 7", "--tenant", TENANT],
+        ["cutover", "--model", "h", "--force"],
+        ["rollback"],
+        ["retire", "--older-than", "1d", "--yes"],
+        ["model", "list"],
+    ]
+    written = "SELECT (SELECT count(*) FROM toolkit.documents) + (SELECT count(*) FROM toolkit.versions) * 1000000"
+    for revision in migrate.revisions()[:-1]:
+        url = server.create(f"faults_downgraded_{revision}")
+        register(url)
+        with connect(url, autocommit=True) as conn:
+            ingest(conn, [corpus], TENANT)
+        toolkit("--database-url", url, "migrate", revision, "--downgrade", "--force")
+        before = count(url, written)
+        for command in commands:
+            result = toolkit("--database-url", url, *command)
+            scenario.trials += 1
+            said = result.stdout + result.stderr
+            if result.returncode != 1 or not one_clear_line(result.stderr) or f"revision {revision}" not in said:
+                scenario.fail(f"{command[0]} at {revision}: exit {result.returncode}: {last_line(said)[:120]}")
+        if count(url, written) != before:
+            scenario.lost = f"rows written at {revision}"
+        if toolkit("--database-url", url, "migrate").returncode != 0:
+            scenario.fail(f"toolkit migrate from {revision} failed")
+    return scenario
+
+
 # -- bad values ---------------------------------------------------------------------------------------------
 
 
@@ -766,6 +805,7 @@ def main() -> None:
             lambda: [migrations_next_to_readers(server, corpus, args.migrations, args.readers)],
             lambda: [concurrent_migrates(server, args.concurrent)],
             lambda: [downgrade_with_data(server, corpus)],
+            lambda: [downgrade_then_use(server, corpus)],
             lambda: bad_values(server, corpus),
             lambda: [heading_only(server)],
             lambda: hostile_pdfs(server),

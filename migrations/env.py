@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import logging
 import os
+from logging.config import fileConfig
 
 from alembic import context
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 from toolkit.db.migration_locks import lock_for_migration
-from toolkit.db.sql_files import apply_idempotent, installed_fingerprint, sql_fingerprint, sqlalchemy_url
+from toolkit.db.preflight import preflight
+from toolkit.db.sql_files import (
+    apply_idempotent,
+    installed_fingerprint,
+    record_held_revision,
+    sql_fingerprint,
+    sqlalchemy_url,
+)
 
+# alembic's version table: public.toolkit_alembic_version (one row, the revision). It is outside schema toolkit so
+# that `downgrade base`, which drops the schema, can still record the result; that downgrade then drops it too.
 VERSION_TABLE = "toolkit_alembic_version"
 
 config = context.config
+# alembic's own command line: log what it does (alembic.ini configures the loggers). toolkit migrate passes no
+# file and prints its own summary.
+if config.config_file_name and not config.attributes.get("connection"):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 log = logging.getLogger("alembic.runtime.migration")
 
 
@@ -36,12 +50,12 @@ def _url() -> str:
 
 
 def _direction() -> str:
-    """``upgrade`` or ``downgrade``: set by toolkit.db.migrate, or read from alembic's own command line."""
+    """``upgrade``, ``downgrade``, or the name of another alembic command (current, history, stamp…): set by
+    toolkit.db.migrate, or read from alembic's own command line."""
     if config.attributes.get("direction"):
         return config.attributes["direction"]
     command = getattr(getattr(config, "cmd_opts", None), "cmd", None)
-    name = getattr(command[0], "__name__", "") if command else ""
-    return "downgrade" if name == "downgrade" else "upgrade"
+    return getattr(command[0], "__name__", "") if command else "upgrade"
 
 
 def _say(message: str) -> None:
@@ -65,24 +79,45 @@ def run_migrations_online() -> None:
             _say(f"{diagnostic.message_primary}.{hint}")
 
     driver.add_notice_handler(on_notice)
+    direction = _direction()
     try:
         context.configure(connection=connection, version_table=VERSION_TABLE, transaction_per_migration=False)
-        heads = set(ScriptDirectory.from_config(config).get_heads())
+        if direction not in ("upgrade", "downgrade"):
+            # alembic current, history, stamp…: alembic's own callback does the work.
+            with context.begin_transaction():
+                context.run_migrations()
+            return
+        script = ScriptDirectory.from_config(config)
+        heads = set(script.get_heads())
         with context.begin_transaction():
             current = set(context.get_context().get_current_heads())
             up_to_date = current == heads and installed_fingerprint(driver) == sql_fingerprint()
-            if _direction() == "upgrade" and up_to_date and not config.attributes.get("reapply"):
+            if direction == "upgrade" and up_to_date and not config.attributes.get("reapply"):
                 config.attributes["nothing_to_do"] = True
+                log.info("Already at %s (head) with this installation's SQL; nothing to do.", ", ".join(heads))
                 return
+            if direction == "upgrade":
+                # What a role that is not a superuser lacks is named before anything changes.
+                preflight(driver, current=next(iter(current), None))
             lock_for_migration(driver, say=_say)
             context.run_migrations()
-            if set(context.get_context().get_current_heads()) == heads:
+            after = set(context.get_context().get_current_heads())
+            if after == heads:
                 apply_idempotent(driver)
                 # Commands check the schema revision as whatever role they run as.
                 driver.execute(
                     f"GRANT SELECT ON public.{VERSION_TABLE} TO toolkit_reader, toolkit_writer, toolkit_deployer,"
                     " toolkit_owner"
                 )
+                log.info("At %s (head); SQL fingerprint %s.", ", ".join(heads), sql_fingerprint())
+            elif after:
+                # Below head: commands refuse the schema (naming its revision) until it is upgraded again.
+                record_held_revision(driver, next(iter(after)), downgraded=direction == "downgrade")
+                log.info("At %s, below head (%s).", ", ".join(after), ", ".join(heads))
+            else:
+                # base: the toolkit schema is gone; so goes alembic's version table.
+                driver.execute(f"DROP TABLE IF EXISTS public.{VERSION_TABLE}")
+                log.info("At base: schema toolkit and public.%s removed.", VERSION_TABLE)
     finally:
         driver.remove_notice_handler(on_notice)
         if engine is not None:

@@ -195,6 +195,14 @@ ROWS = [
     row("serve", "--pool-size", "serve --host 192.0.2.1 --pool-size {}", number()),
     # db
     row("db status", "--format", "db status --format {}", choice()),
+    row("db start", "--port", "db start --port {}", number(), url=False),
+    row("db start", "--standby-of", "db start --standby-of {}", named(REFUSED), url=False),
+    # (a legal name writes a dump file in the current directory: not run, it would be a path the other rows read)
+    row("db dump", "file", ["db", "dump", V], path(WRITE, negative=USAGE)),
+    row("db dump", "--format", "db dump --format {} out.dump", choice()),
+    # restore (the database holds data: refused, whether the file exists or not)
+    row("db restore", "file", ["db", "restore", V], path(REFUSED, negative=USAGE)),
+    row("db restore", "--format", "db restore --format {} {file}", choice()),
     # estimate (no database)
     row("estimate", "--tokens", "estimate --chunk 400 --tokens {}", named(USAGE, zero=READ)),
     row("estimate", "--words", "estimate --chunk 400 --words {}", named(USAGE, zero=READ)),
@@ -259,6 +267,9 @@ ROWS = [
     row("retire", "--older-than", "retire --dry-run --older-than {}", named(USAGE, zero=READ)),
     row("retire", "--version", "retire --dry-run --version {}", number()),
     row("retire", "--format", "retire --dry-run --format {}", choice()),
+    # rollback-window (a legal value changes the setting)
+    row("rollback-window", "duration", "rollback-window {}", named(USAGE, zero=WRITE)),
+    row("rollback-window", "--format", "rollback-window --format {}", choice()),
     # rollback (nothing is on standby; a legal reason would be recorded by a rollback)
     row("rollback", "--reason", "rollback --reason {}", named(WRITE)),
     row("rollback", "--format", "rollback --format {}", choice()),
@@ -295,7 +306,8 @@ ROWS = [
     row("status", "--format", "status --format {}", choice()),
     # tenant (bindings of logins; matrix_reader exists)
     row("tenant grant", "login", ["tenant", "grant", V, "acme"], named(REFUSED, negative=USAGE)),
-    row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(WRITE, negative=USAGE)),
+    # (a tenant without documents is refused unless --allow-empty)
+    row("tenant grant", "tenants", ["tenant", "grant", "matrix_reader", V], named(REFUSED, negative=USAGE)),
     # revoking from a login that does not exist (and was never bound) is refused, naming it
     row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(REFUSED, negative=USAGE)),
     row("tenant revoke", "tenants", ["tenant", "revoke", "matrix_reader", V], named(WRITE, negative=USAGE)),

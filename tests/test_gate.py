@@ -107,7 +107,7 @@ def test_cutover_rollback_and_retire_speak_json(database_url, built):
     refused = run(database_url, "rollback", "--format", "json", code=1)
     assert "nothing to roll back" in refused.output or "no version that is still on standby" in refused.output
     planned = json.loads(run(database_url, "retire", "--older-than", "0", "--dry-run", "--format", "json").stdout)
-    assert planned == {"retired": [], "would_retire": []}
+    assert planned == {"retired": [], "would_retire": [], "kept": []}
 
 
 def test_search_as_a_service_role_says_labels_are_not_applied_and_json_has_every_field(conn, database_url, built):

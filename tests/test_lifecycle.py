@@ -115,7 +115,9 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
     assert audit == [("activate", real, False), ("activate", toy, True), ("rollback", real, False)]
     assert evaluations == [(real, True), (toy, False)]
 
-    retired = run(database_url, "retire", "--older-than", "0")
+    # the rolled-back version is ready (awaiting a new verification): never retired by age, only by name
+    assert "Nothing to retire." in run(database_url, "retire", "--older-than", "0", "--yes").output
+    retired = run(database_url, "retire", "--version", str(toy), "--yes")
     assert f"Retired: {toy}." in retired.output
     assert state(database_url, real) == "active" and state(database_url, toy) == "retired"
     refused = run(database_url, "retire", "--version", str(real), code=1)

@@ -80,6 +80,10 @@ class BackfillReport:
     def as_dict(self) -> dict:
         data = dict(self.__dict__)
         data["stages"] = {k: round(v, 3) for k, v in self.stages.items()}
+        data["seconds"] = round(self.seconds, 3)
+        if self.index_seconds is not None:
+            data["index_seconds"] = round(self.index_seconds, 3)
+        data["estimated_cost_usd"] = round(self.estimated_cost_usd, 6)
         return data
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -84,12 +84,89 @@ def rollback_version(
     return _swap(conn, "SELECT toolkit.rollback_version(%s)", (reason,), lock_timeout_ms, attempts)
 
 
-def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None) -> int:
-    """Drops a non-active version's table; its registry row and audit trail stay. A version in a state SQL does not
-    retire from (``toolkit.version_states('retire')``: already retired, say) is refused, not audited again."""
+def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None, force: bool = False) -> int:
+    """Drops a non-active version's table; its registry row and audit trail stay. The rollback target inside the
+    rollback window needs ``force`` (SQL refuses it otherwise). A version in a state SQL does not retire from
+    (``toolkit.version_states('retire')``: already retired, say) is refused, not audited again."""
     check_retirable(conn, version)
     table = version_table(conn, version).as_string(conn)
-    return _swap(conn, "SELECT toolkit.retire_version(%s, %s)", (version, reason), 1000, 5, (*_SWAPPED, table))
+    return _swap(
+        conn, "SELECT toolkit.retire_version(%s, %s, %s)", (version, reason, force), 1000, 5, (*_SWAPPED, table)
+    )
+
+
+def retire_refusal(conn: psycopg.Connection, version: int, *, force: bool = False) -> str | None:
+    """Why ``retire_version`` would refuse ``version`` now (SQL's own rule, ``toolkit.retire_refusal``), or None."""
+    with conn.transaction():
+        row = conn.execute("SELECT message, hint FROM toolkit.retire_refusal(%s, %s)", (version, force)).fetchone()
+    if row is None:
+        return None
+    return f"{row[0][0].upper()}{row[0][1:]}. {row[1]}"
+
+
+def rollback_window(conn: psycopg.Connection) -> timedelta:
+    """The rollback window (``toolkit.settings``): how long the version a cutover replaced is kept from retire."""
+    with conn.transaction():
+        return conn.execute("SELECT toolkit.rollback_window()").fetchone()[0]
+
+
+def set_rollback_window(conn: psycopg.Connection, window: timedelta) -> timedelta:
+    """Sets the rollback window; only the owner role (the DBA) may."""
+    with translate_errors(), conn.transaction():
+        return conn.execute("SELECT toolkit.set_rollback_window(%s)", (window,)).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class ProtectedStandby:
+    """The rollback target that retire keeps (unless forced) until the rollback window ends for it."""
+
+    version: int
+    standby_since: datetime
+    protected_until: datetime
+
+
+def protected_standby(conn: psycopg.Connection) -> ProtectedStandby | None:
+    with conn.transaction():
+        row = conn.execute("SELECT * FROM toolkit.protected_standby()").fetchone()
+    return ProtectedStandby(*row) if row else None
+
+
+@dataclass(frozen=True)
+class LaggingStandby:
+    """A standby streaming from this server that had not replayed, when retire looked, what was written before."""
+
+    standby: str
+    client: str
+    state: str | None
+    replay_lag: timedelta | None
+    known: bool  # False: the owner role may not read the replay position (no pg_read_all_stats)
+
+    def describe(self) -> str:
+        lag = f", replay lag {self.replay_lag}" if self.replay_lag else ""
+        seen = "" if self.known else " (its replay position cannot be read: grant pg_read_all_stats to toolkit_owner)"
+        return f"standby {self.standby or '(unnamed)'} at {self.client} ({self.state or 'state unknown'}{lag}){seen}"
+
+
+# How long retire waits for standby servers to replay what was written before it.
+STANDBY_WAIT_SECONDS = 10.0
+
+
+def wait_for_standbys(conn: psycopg.Connection, timeout: float | None = None) -> list[LaggingStandby]:
+    """Waits (up to ``timeout`` seconds) until every standby streaming from this server has replayed what was
+    written before this call: the last cutover among it, so the standby's readers have seen which version serves.
+    Returns the standbys still behind (empty: none, or no standby)."""
+    with conn.transaction():
+        position = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    deadline = time.monotonic() + (STANDBY_WAIT_SECONDS if timeout is None else timeout)
+    while True:
+        with conn.transaction():
+            rows = conn.execute(
+                "SELECT standby, client, state, replay_lag, caught_up FROM toolkit.standby_replay(%s)", (position,)
+            ).fetchall()
+        behind = [LaggingStandby(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows if not r[4]]
+        if not behind or all(not b.known for b in behind) or time.monotonic() > deadline:
+            return behind
+        time.sleep(0.05)  # polling the standbys' replay position, which no notification reports
 
 
 def check_retirable(conn: psycopg.Connection, version: int) -> None:
@@ -145,10 +222,28 @@ def resolve_version(
     if not rows:
         with conn.transaction():  # only to say which states were looked for
             states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
+            known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
+            others = conn.execute(
+                "SELECT version, state FROM toolkit.versions WHERE model_alias = %s AND state <> 'retired'"
+                " ORDER BY version",
+                (model_alias,),
+            ).fetchall()
+        if known is None:
+            raise InputError(
+                f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
+                "ones."
+            )
+        has = f" (it has {', '.join(f'version {v} {state}' for v, state in others)})" if others else ""
+        building = any(state == "building" for _, state in others)
         raise InputError(
             f"No {'/'.join(states)} version uses the model {model_alias!r}"
             + (f" with chunker {chunker_spec}" if chunker_spec else "")
-            + ". Build one with toolkit backfill, or check toolkit status."
+            + has
+            + (
+                ". A building version is not complete: finish it with toolkit backfill (it resumes)."
+                if building
+                else ". Build one with toolkit backfill, or check toolkit status."
+            )
         )
     if len(rows) > 1:
         listing = ", ".join(f"{v} ({spec})" for v, spec in rows)
@@ -175,9 +270,10 @@ def parse_duration(text: str) -> timedelta:
 
 
 def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:
-    """Standby and abandoned (building/ready/verified) versions whose state is older than the window, as SQL decides
+    """Standby and abandoned building versions whose state is older than the window, as SQL decides
     (``toolkit.retire_candidates``): a building version whose rows were written within the window is a backfill
-    still running, and a canary candidate is serving; both are kept."""
+    still running, a canary candidate is serving, the rollback target inside the rollback window is kept, and
+    ready/verified versions (awaiting verification or cutover) are never chosen by age."""
     with translate_errors(), conn.transaction():
         return [tuple(r) for r in conn.execute("SELECT * FROM toolkit.retire_candidates(%s)", (older_than,))]
 
@@ -190,6 +286,68 @@ def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_
             retire_version(conn, version, reason=f"{state} for longer than {older_than}")
         retired.append(version)
     return retired
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """What toolkit retire did (``acted``) or would do: the versions, and the rollback target it kept."""
+
+    versions: list[int]
+    acted: bool
+    kept: list[dict]
+
+
+def retire_versions(
+    conn: psycopg.Connection,
+    *,
+    older_than: str | timedelta | None = None,
+    version: int | None = None,
+    force: bool = False,
+    act: bool = False,
+    warn=None,
+) -> Retirement:
+    """`toolkit retire`: the versions past ``older_than`` (default: the rollback window) or the one ``version``;
+    dropped only when ``act`` (else a dry run). SQL's rules decide (``retire_candidates``, ``retire_refusal``);
+    before dropping, connected standbys are waited for (``wait_for_standbys``) and one still behind refuses the
+    retirement unless ``force``. ``warn`` receives what cannot be checked."""
+    if force and version is None:
+        raise InputError(
+            "--force retires one version: name it with --version N (retire by age never drops the rollback target)."
+        )
+    if older_than is not None and version is not None:
+        raise InputError("Give --older-than (every old version) or --version N (that one), not both.")
+    kept: list[dict] = []
+    if version is None:
+        window = rollback_window(conn) if older_than is None else older_than
+        window = parse_duration(window) if isinstance(window, str) else window
+        chosen = [v for v, _ in retire_candidates(conn, window)]
+        protected = protected_standby(conn)
+        if protected is not None:
+            until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
+            kept.append({"version": protected.version, "reason": f"rollback target until {until}"})
+    else:
+        check_retirable(conn, version)
+        refusal = retire_refusal(conn, version, force=force)
+        if refusal:
+            raise StateError(refusal)
+        chosen = [version]
+    if not act or not chosen:
+        return Retirement(chosen, act, kept)
+    lagging = wait_for_standbys(conn)
+    unknown = [s.describe() for s in lagging if not s.known]
+    if unknown and warn:
+        warn(f"cannot tell what {'; '.join(unknown)} has replayed.")
+    behind = [s.describe() for s in lagging if s.known]
+    if behind and not force:
+        raise StateError(
+            f"Nothing was retired: {'; '.join(behind)} has not replayed the last changes after "
+            f"{STANDBY_WAIT_SECONDS:g} s; its readers may still use the version. Retry when it has caught up, or "
+            "retire with --force."
+        )
+    reason = "toolkit retire --version" if version is not None else "toolkit retire (past the window)"
+    for target in chosen:
+        retire_version(conn, target, reason=reason, force=force)
+    return Retirement(chosen, True, kept)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,16 @@ def _duration(seconds: float) -> str:
     return f"{seconds}s"
 
 
+def _rate(per_second: float, unit: str) -> str:
+    """A rate with its unit, per minute when under one a second (a slow model's documents are not "0.0/s")."""
+    if per_second == 0:
+        return f"0 {unit}/s"
+    if per_second < 1:
+        per_minute = per_second * 60
+        return f"{per_minute:,.{1 if per_minute < 10 else 0}f} {unit}/min"
+    return f"{per_second:,.{1 if per_second < 10 else 0}f} {unit}/s"
+
+
 class Progress:
     """Counts items toward an optional total and shows them on ``stream`` (stderr by default), on a terminal only.
 
@@ -121,7 +131,7 @@ class Progress:
             if share is not None:
                 text += f" ({100 * min(share, 1.0):.0f}%)"
             items, _ = self._rate(now)
-            text += f", {items:,.1f}/s, {_duration(now - self.started)}"
+            text += f", {_rate(items, self.unit)}, {_duration(now - self.started)}"
             eta = self._eta(now)
             if eta is not None and share is not None and share < 1:
                 text += f", ETA {_duration(max(0.0, eta))}"

@@ -18,12 +18,14 @@ class Overview:
     versions: list  # toolkit.store.versions.VersionStatus
     canary: Canary | None
     query_log: object  # toolkit.store.query_log.QueryLogStatus
+    documents: dict | None = None  # {"documents": N, "tenants": N}; None when the role may not count them
 
     def as_dict(self) -> dict:
         return {
             "versions": [asdict(v) for v in self.versions],
             "canary": self.canary.as_dict() if self.canary else None,
             "query_log": self.query_log.as_dict(),
+            "documents": self.documents,
         }
 
     def version_rows(self) -> list[dict]:
@@ -39,4 +41,22 @@ def overview(conn: psycopg.Connection) -> Overview:
     from toolkit.store.versions import version_status
 
     prune_if_permitted(conn)
-    return Overview(version_status(conn), canary_status(conn), query_log_status(conn))
+    return Overview(version_status(conn), canary_status(conn), query_log_status(conn), document_counts(conn))
+
+
+def document_counts(conn: psycopg.Connection) -> dict | None:
+    """Documents and tenants (``toolkit.document_tenants()``); None for a role that may not count them."""
+    try:
+        with conn.transaction():
+            rows = conn.execute("SELECT documents FROM toolkit.document_tenants()").fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+    return {"documents": sum(r[0] for r in rows), "tenants": len(rows)}
+
+
+def tenants_without_documents(conn: psycopg.Connection, tenants) -> list[str]:
+    """Those of ``tenants`` that have no document (``toolkit.document_tenants()``): binding a login to one is most
+    often a typo, and the login would then see nothing, silently."""
+    with conn.transaction():
+        having = {row[0] for row in conn.execute("SELECT tenant FROM toolkit.document_tenants()").fetchall()}
+    return [tenant for tenant in dict.fromkeys(tenants) if tenant not in having]

@@ -29,7 +29,8 @@ $$;
 -- Returns the states from which a version may take part in an action: the one list that SQL's routines and the
 -- CLI's version lookup both ask (live: not retired; serve: complete and indexed; activate, canary, shadow, verify,
 -- retire: what the routine of that name accepts; activate-unforced: what it accepts without force;
--- verification-counts: where a passing verification still counts, toolkit.version_evaluation_current).
+-- verification-counts: where a passing verification still counts, toolkit.version_evaluation_current;
+-- retire-by-age: what toolkit retire picks by age, never a version awaiting verification or cutover).
 CREATE OR REPLACE FUNCTION toolkit.version_states(action text)
 RETURNS text[]
 LANGUAGE plpgsql
@@ -50,12 +51,13 @@ BEGIN
         WHEN 'canary' THEN ARRAY['ready', 'verified']
         WHEN 'retire' THEN ARRAY['building', 'ready', 'verified', 'standby']
         WHEN 'verification-counts' THEN ARRAY['verified', 'active', 'standby']
+        WHEN 'retire-by-age' THEN ARRAY['building', 'standby']
     END;
     IF states IS NULL THEN
         RAISE EXCEPTION 'no version action is called %', quote_nullable(action)
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Name one of live, serve, verify, activate, activate-unforced, shadow, canary, retire, '
-                      'verification-counts.';
+                      'verification-counts, retire-by-age.';
     END IF;
     RETURN states;
 END

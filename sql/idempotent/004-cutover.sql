@@ -353,9 +353,12 @@ AS $$
     INNER JOIN toolkit.versions AS x ON last.from_version = x.version AND x.state = 'standby'
 $$;
 
+DROP FUNCTION IF EXISTS toolkit.retire_version(integer, text);  -- before 0005: no force
+
 -- Retires a version that is neither active nor a canary candidate: its chunk table is dropped, its registry row kept.
+-- The rollback target inside the rollback window (toolkit.protected_standby()) needs force.
 -- Definer: drops a table the deployer does not own.
-CREATE OR REPLACE FUNCTION toolkit.retire_version(target integer, reason text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION toolkit.retire_version(target integer, reason text DEFAULT NULL, force boolean DEFAULT FALSE)
 RETURNS bigint
 LANGUAGE plpgsql
 VOLATILE
@@ -364,35 +367,33 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     new_id bigint;
-    current_state text;
+    refusal text;
+    refusal_hint text;
+    protected boolean;
 BEGIN
     PERFORM toolkit._lock_cutover(format('retiring version %s', target));
     -- Ingest writes to every live version under the shared form of this lock: none is mid-write here.
     PERFORM toolkit.lock_version_set(true);
-    SELECT x.state INTO current_state FROM toolkit.versions AS x WHERE x.version = target FOR UPDATE;
-    IF current_state = 'active' THEN
-        RAISE EXCEPTION 'version % is active and cannot be retired', target
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Cut over to another version first; the previous one becomes standby.';
+    PERFORM FROM toolkit.versions AS x WHERE x.version = target FOR UPDATE;
+    SELECT r.message, r.hint INTO refusal, refusal_hint FROM toolkit.retire_refusal(target, force) AS r;
+    IF refusal IS NOT NULL THEN
+        RAISE EXCEPTION '%', refusal USING ERRCODE = 'object_not_in_prerequisite_state', HINT = refusal_hint;
     END IF;
-    IF EXISTS (SELECT FROM toolkit.traffic_split AS s WHERE s.candidate = target) THEN
-        RAISE EXCEPTION 'version % serves a canary and cannot be retired', target
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'End the canary first: toolkit canary --off (or toolkit rollback).';
-    END IF;
+    protected := EXISTS (SELECT FROM toolkit.protected_standby() AS p WHERE p.version = target);
     PERFORM toolkit._set_version_state(target, 'retired');
     PERFORM toolkit._replace_live_view();
     EXECUTE format('DROP TABLE IF EXISTS toolkit.%I', toolkit._version_table(target));
-    INSERT INTO toolkit.cutovers AS c (action, from_version, reason)
-    VALUES ('retire', target, reason)
+    INSERT INTO toolkit.cutovers AS c (action, from_version, reason, forced)
+    VALUES ('retire', target, reason, protected)
     RETURNING c.cutover_id INTO new_id;
     RETURN new_id;
 END
 $$;
 
--- Versions that toolkit retire --older-than would drop: standby and abandoned (building, ready, verified) versions
--- whose state is older than the window, except a building version whose rows were written within it (a backfill
--- still running) and a canary candidate.
+-- Versions that toolkit retire --older-than would drop: standby and abandoned building versions whose state is older
+-- than the window, except a building version whose rows were written within it (a backfill still running), a canary
+-- candidate and the rollback target inside the rollback window. Ready and verified versions (awaiting verification
+-- or a cutover) are never chosen by age: retire names them with --version.
 -- Definer: reads every tenant's rows of the chunk tables (a deployer sees one tenant at a time).
 CREATE OR REPLACE FUNCTION toolkit.retire_candidates(older_than interval)
 RETURNS TABLE (version integer, state text)
@@ -411,9 +412,10 @@ BEGIN
     END IF;
     FOR v IN
         SELECT x.version, x.state FROM toolkit.versions AS x
-        WHERE x.state = ANY (toolkit.version_states('retire'))
+        WHERE x.state = ANY (toolkit.version_states('retire-by-age'))
             AND x.state_changed_at < clock_timestamp() - older_than
             AND NOT EXISTS (SELECT FROM toolkit.traffic_split AS s WHERE s.candidate = x.version)
+            AND NOT EXISTS (SELECT FROM toolkit.protected_standby() AS p WHERE p.version = x.version)
         ORDER BY x.version
     LOOP
         IF v.state = 'building' THEN

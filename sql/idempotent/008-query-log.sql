@@ -118,7 +118,8 @@ $$;
 -- (toolkit.query_log_sample_rate()). Every field is checked (a served version, k within search's bounds, results a
 -- JSON array of at most search_max_k() entries of at most 4 kB each, kept to the leading 64 kB, a finite latency, a
 -- request key of at most 256 bytes; the question is cut to 10,000 characters); a login past its rate per minute is skipped and counted, not refused; expired and
--- over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged. Returns whether
+-- over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged: the
+-- question is skipped and counted in the session's toolkit.query_log_skipped setting (the search goes on). Returns whether
 -- it was logged. results is [{doc_id, start, end, rank, score}].
 -- Definer: an application may append to the log but never read or change it.
 CREATE OR REPLACE FUNCTION toolkit.log_query(
@@ -142,7 +143,12 @@ DECLARE
     recent bigint;
 BEGIN
     SELECT * INTO settings FROM toolkit.query_log_settings AS s;
-    IF tenant IS NULL OR settings.sample_rate = 0 OR pg_is_in_recovery() THEN
+    IF tenant IS NULL OR settings.sample_rate = 0 THEN
+        RETURN false;
+    END IF;
+    IF pg_is_in_recovery() THEN
+        PERFORM set_config('toolkit.query_log_skipped',
+            (coalesce(nullif(current_setting('toolkit.query_log_skipped', true), ''), '0')::bigint + 1)::text, false);
         RETURN false;
     END IF;
     IF question IS NULL OR btrim(question) = '' OR results IS NULL OR jsonb_typeof(results) <> 'array' THEN

@@ -13,8 +13,9 @@ def settings():
 
 
 def _say_embedded(db) -> None:
-    if db.embedded:
-        say(f"toolkit: using the embedded PostgreSQL in {db.data_dir}", err=True)
+    # Said once, when the command started the server; the commands that reuse it say nothing.
+    if db.embedded and db.started:
+        say(f"toolkit: started the embedded PostgreSQL in {db.data_dir}", err=True)
 
 
 def open_database():

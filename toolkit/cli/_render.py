@@ -97,12 +97,71 @@ def print_rollback(done, output_format: str) -> None:
         )
 
 
-def print_retired(retired: list[int], dry_run: bool, output_format: str) -> None:
+def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept: list[dict] = ()) -> None:
     if output_format == "json":
-        click.echo(to_json({"retired": [] if dry_run else retired, "would_retire": retired if dry_run else []}))
+        click.echo(
+            to_json(
+                {
+                    "retired": [] if dry_run else retired,
+                    "would_retire": retired if dry_run else [],
+                    "kept": list(kept),
+                }
+            )
+        )
         return
     verb = "Would retire" if dry_run else "Retired"
     say(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
+    for item in kept:
+        say(
+            f"Kept: version {item['version']} ({item['reason']}; toolkit retire --version {item['version']} --force "
+            "--yes retires it now)."
+        )
+    if dry_run and retired:
+        say("Nothing was dropped: run again with --yes to retire them.")
+
+
+def print_started(database, tcp: str | None, standby_of: str | None) -> None:
+    role = f" as a read-only hot standby of {standby_of}" if standby_of else ""
+    say(f"The embedded PostgreSQL runs in {database.data_dir}{role}.")
+    if tcp:
+        say(f"It also listens on TCP (password authentication): {tcp}")
+    say(database.url)
+
+
+def print_backup(report, verb: str, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(to_json(report.as_dict()))
+        return
+    size = f"{report.bytes / 1e6:.1f} MB" if report.bytes >= 100_000 else f"{report.bytes:,} bytes"
+    where = "to" if verb == "Dumped" else "from"
+    active = f", version {report.active_version} active" if report.active_version else ""
+    say(
+        f"{verb} the toolkit schema at revision {report.revision} ({plural(report.documents, 'document')}, "
+        f"{plural(report.versions, 'version')}{active}) {where} {report.path} ({size}, {report.tool})."
+    )
+    if verb == "Dumped":
+        say(
+            "Roles are cluster-wide and not in the dump: on another cluster, restore `pg_dumpall --roles-only` first "
+            "(toolkit db restore creates the toolkit roles themselves)."
+        )
+
+
+def print_rollback_window(window, protected, *, changed: bool, output_format: str) -> None:
+    if output_format == "json":
+        click.echo(
+            to_json(
+                {
+                    "rollback_window_seconds": round(window.total_seconds()),
+                    "protected_version": protected.version if protected else None,
+                    "protected_until": protected.protected_until.isoformat() if protected else None,
+                }
+            )
+        )
+        return
+    say(f"The rollback window is {'now ' if changed else ''}{window}.")
+    if protected:
+        until = protected.protected_until.strftime("%Y-%m-%d %H:%M %Z")
+        say(f"Version {protected.version} is the rollback target; retire keeps it until {until}.")
 
 
 # --- canary, shadow, query-log -------------------------------------------------------------------------------
@@ -184,6 +243,15 @@ def print_overview(overview, output_format: str) -> None:
         click.echo(to_json(overview.as_dict()))
         return
     emit(overview.version_rows(), "table", STATUS_COLUMNS)
+    counted = overview.documents
+    if not overview.versions and counted is not None:
+        if counted["documents"]:
+            say(
+                f"No version yet; {plural(counted['documents'], 'document')} in {plural(counted['tenants'], 'tenant')}"
+                " await one: register a model (toolkit model add) and build one (toolkit backfill --model ALIAS)."
+            )
+        else:
+            say("No documents yet: toolkit ingest PATH --tenant TENANT, then toolkit backfill --model ALIAS.")
     canary, log = overview.canary, overview.query_log
     if canary is not None:
         say(

@@ -8,6 +8,7 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._context import settings as _settings
 from toolkit.cli._output import FORMAT_OPTION, say
+from toolkit.cli._params import Duration
 
 
 @click.group()
@@ -16,16 +17,27 @@ def db() -> None:
 
 
 @db.command()
-def start() -> None:
+@click.option(
+    "--port",
+    type=click.IntRange(1024, 65535),
+    help="Also listen on 127.0.0.1:PORT (TCP needs the password it prints; kept for later starts).",
+)
+@click.option(
+    "--standby-of",
+    "standby_of",
+    metavar="URL",
+    help="Make a new --data-dir a read-only hot standby of the server at URL (pg_basebackup -R), then start it.",
+)
+def start(port: int | None, standby_of: str | None) -> None:
     """Start the embedded server (or reuse it) and bring its schema up to date."""
-    from toolkit.db.connection import resolve_database
-    from toolkit.db.schema import ensure_schema
+    from toolkit.db.server import start_embedded, tcp_url
 
-    settings = _settings()
-    database = resolve_database(None, settings.data_dir)
-    ensure_schema(database)
-    say(f"The embedded PostgreSQL runs in {database.data_dir}.")
-    say(database.url)
+    database = start_embedded(_settings().data_dir, port=port, standby_of=standby_of)
+    if standby_of is None:
+        from toolkit.db.schema import ensure_schema
+
+        ensure_schema(database)
+    _render.print_started(database, tcp_url(database.data_dir), standby_of)
 
 
 @db.command()
@@ -62,6 +74,41 @@ def url() -> None:
     say(database.url)
 
 
+@db.command()
+@click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@FORMAT_OPTION
+def dump(file: str, output_format: str) -> None:
+    """Back the database up to FILE (pg_dump's custom format), with the pg_dump matching the embedded server.
+
+    Roles are cluster-wide and not in the dump: see docs/operations.md, Backup and restore.
+    """
+    from toolkit.db.backup import dump as dump_database
+    from toolkit.db.connection import resolve_database
+
+    chosen = _settings()
+    report = dump_database(resolve_database(chosen.database_url, chosen.data_dir).url, file)
+    _render.print_backup(report, "Dumped", output_format)
+
+
+@db.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@FORMAT_OPTION
+def restore(file: str, output_format: str) -> None:
+    """Restore a dump FILE into the database (which must hold no toolkit data), in one transaction.
+
+    The toolkit's roles are created when missing; application logins come from `pg_dumpall --roles-only`.
+    """
+    from toolkit.db.backup import restore as restore_database
+    from toolkit.db.connection import resolve_database
+    from toolkit.db.schema import ensure_schema
+
+    chosen = _settings()
+    database = resolve_database(chosen.database_url, chosen.data_dir)
+    report = restore_database(database.url, file)
+    ensure_schema(database)  # a dump of an older release: the embedded one is upgraded, a URL's is named
+    _render.print_backup(report, "Restored", output_format)
+
+
 @click.command(short_help="Upgrade (or downgrade) the toolkit schema.")
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
@@ -93,4 +140,24 @@ def status_command(output_format: str) -> None:
     _render.print_overview(in_database(overview), output_format)
 
 
-commands = [db, migrate, status_command]
+@click.command(name="rollback-window", short_help="Show or set how long retire keeps the rollback target.")
+@click.argument("duration", required=False, type=Duration())
+@FORMAT_OPTION
+def rollback_window_command(duration, output_format) -> None:
+    """Show the rollback window, or set it to DURATION (7d, 12h, 30m; 0 turns it off) as the owner role.
+
+    For that long after a cutover, the version it replaced (the rollback target) is kept: `toolkit retire` keeps
+    it, and retiring it needs --version N --force. The window is a setting of the database (toolkit.settings),
+    enforced by SQL.
+    """
+    from toolkit.cutover import parse_duration, protected_standby, rollback_window, set_rollback_window
+
+    def run(conn):
+        window = rollback_window(conn) if duration is None else set_rollback_window(conn, parse_duration(duration))
+        return window, protected_standby(conn)
+
+    window, protected = in_database(run)
+    _render.print_rollback_window(window, protected, changed=duration is not None, output_format=output_format)
+
+
+commands = [db, migrate, status_command, rollback_window_command]

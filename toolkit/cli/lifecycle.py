@@ -8,7 +8,7 @@ import click
 
 from toolkit import validation
 from toolkit.cli import _render
-from toolkit.cli._context import database_url, in_database, open_database
+from toolkit.cli._context import database_url, in_database
 from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Duration, Number
 
@@ -187,37 +187,47 @@ def rollback(reason, output_format) -> None:
     _render.print_rollback(in_database(roll_back, reason=reason), output_format)
 
 
-@click.command(short_help="Drop standby and abandoned versions past the rollback window.")
+@click.command(short_help="Drop standby and abandoned versions past the rollback window (dry run unless --yes).")
 @click.option(
-    "--older-than", type=Duration(), default="7d", show_default=True, help="Rollback window: 7d, 12h, 30m, 0."
+    "--older-than",
+    type=Duration(),
+    help="Drop standby and abandoned building versions older than this: 7d, 12h, 30m. Default: the rollback "
+    "window (toolkit rollback-window).",
 )
 @click.option(
     "--version",
     "version",
     type=Number(validation.VERSION_NUMBER),
-    help="Retire this one version now (never the active one).",
+    help="Retire this one version (never the active one; a ready or verified one only this way).",
 )
-@click.option("--dry-run", is_flag=True, help="List what would be retired.")
+@click.option("--yes", is_flag=True, help="Drop the tables: without it, retire only says what it would drop.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="With --version: retire the rollback target inside the rollback window; retire even while a standby "
+    "server has not replayed the last cutover.",
+)
+@click.option("--dry-run", is_flag=True, help="Only say what would be retired (the default without --yes).")
 @FORMAT_OPTION
-def retire(older_than, version, dry_run, output_format) -> None:
-    """Retire (drop the tables of) standby and abandoned versions whose state is older than --older-than.
+def retire(older_than, version, yes, force, dry_run, output_format) -> None:
+    """Retire (drop the tables of) standby and abandoned building versions whose state is older than --older-than
+    (default: the rollback window), or one version by --version. Without --yes it only says what it would drop.
 
-    The active version is never retired.
+    The active version and a canary candidate are never retired; the rollback target inside the rollback window
+    only with --version N --force; ready and verified versions (awaiting verification) only by --version. Before
+    dropping, retire waits (up to 10 s) for standby servers to replay the last cutover, and refuses (unless
+    --force) while one has not.
     """
-    from toolkit.cutover import check_retirable, parse_duration, retire_old_versions, retire_version
-    from toolkit.store.versions import active_version
+    from toolkit.cutover import retire_versions
 
-    _, conn = open_database()
-    with conn:
-        if version is None:
-            retired = retire_old_versions(conn, parse_duration(older_than), dry_run=dry_run)
-        elif dry_run and version == active_version(conn):
-            raise click.ClickException(f"Version {version} is active and cannot be retired.")
-        elif dry_run:
-            check_retirable(conn, version)
-        elif not dry_run:
-            retire_version(conn, version, reason="toolkit retire --version")
-    _render.print_retired([version] if version is not None else retired, dry_run, output_format)
+    if yes and dry_run:
+        raise click.UsageError("--yes drops the tables and --dry-run only lists them: give one of them.")
+
+    def warn(message: str) -> None:
+        click.echo(f"toolkit: {message}", err=True)
+
+    done = in_database(retire_versions, older_than=older_than, version=version, force=force, act=yes, warn=warn)
+    _render.print_retired(done.versions, not done.acted, output_format, kept=done.kept)
 
 
 commands = [backfill, verify, cutover, rollback, retire]

@@ -136,11 +136,26 @@ def tenant() -> None:
 @tenant.command("grant")
 @click.argument("login")
 @click.argument("tenants", nargs=-1, required=True)
-def tenant_grant(login, tenants) -> None:
-    """Bind LOGIN to TENANTS (added to those it has)."""
+@click.option(
+    "--allow-empty", is_flag=True, help="Bind tenants that have no documents yet (refused otherwise: a typo?)."
+)
+def tenant_grant(login, tenants, allow_empty) -> None:
+    """Bind LOGIN to TENANTS (added to those it has). A tenant without documents is refused unless --allow-empty."""
+    from toolkit.errors import InputError
+    from toolkit.status import tenants_without_documents
     from toolkit.store.tenants import bind_tenants
 
-    bound = in_database(bind_tenants, login, tenants)
+    def grant(conn):
+        empty = [] if allow_empty else tenants_without_documents(conn, tenants)
+        if empty:
+            raise InputError(
+                f"No document has the tenant {', '.join(map(repr, empty))}: a typo would bind {login} to nothing; "
+                "nothing was bound. Check the name (toolkit status), or pass --allow-empty to bind it before its "
+                "documents arrive."
+            )
+        return bind_tenants(conn, login, tenants)
+
+    bound = in_database(grant)
     say(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
 
 

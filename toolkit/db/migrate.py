@@ -56,9 +56,16 @@ def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
     try:
         action(config, revision)
     except psycopg.Error as error:
-        from toolkit.db.errors import describe_database_error
+        from toolkit.db.errors import describe_database_error, one_line
 
-        reason = describe_database_error(error)
+        if error.sqlstate == "42501":
+            # Not the commands' advice (join toolkit_writer…): a migration needs the owner's and a DBA's rights.
+            reason = (
+                f"the database refused: {one_line(error.diag.message_primary or str(error)).rstrip('.')}. Migrate as "
+                "a superuser, or see docs/operations.md (Migrating without a superuser)"
+            )
+        else:
+            reason = describe_database_error(error)
         raise DatabaseError(f"The migration to {revision} failed and was rolled back: {reason}") from error
     except CommandError as error:
         raise DatabaseError(str(error)) from error

