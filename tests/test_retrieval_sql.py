@@ -144,7 +144,13 @@ def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mod
     pool = max(retrieval.candidates, depth)
     ids = [c.chunk_id for c in children]
     with conn.transaction():
-        bm25 = BM25(chunk_lexemes(conn, children), [c.token_count for c in children], retrieval.k1, retrieval.b)
+        bm25 = BM25(
+            chunk_lexemes(conn, children),
+            [c.token_count for c in children],
+            retrieval.k1,
+            retrieval.b,
+            retrieval.postings_limit,
+        )
         question_terms = query_lexemes(conn, [q.query for q in QUERIES])
     compared = 0
     for question, terms in zip(QUERIES, question_terms, strict=True):
@@ -165,7 +171,15 @@ def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mod
 
 def test_bm25_settings_come_from_sql(conn):
     settings = retrieval_settings(conn)
-    assert set(settings) == {"k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks"}
+    assert set(settings) == {
+        "k1",
+        "b",
+        "rrf_k",
+        "candidates",
+        "hits_per_passage",
+        "passage_chunks",
+        "postings_limit",
+    }
     resolved = Retrieval("hybrid", rrf_k=3).resolved(settings)
     assert (resolved.k1, resolved.b, resolved.rrf_k) == (settings["k1"], settings["b"], 3)
 

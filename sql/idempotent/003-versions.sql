@@ -106,6 +106,7 @@ BEGIN
     PERFORM toolkit._secure_tenant_table(tbl);
     PERFORM toolkit._secure_access_labels(tbl);
     PERFORM toolkit._grant_version_table(target);
+    PERFORM toolkit._secure_text_postings(target);
     UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
 $$;
@@ -125,6 +126,7 @@ BEGIN
     EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
     EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO toolkit_writer', tbl);
+    PERFORM toolkit._grant_text_postings(target);
 END
 $$;
 
@@ -141,7 +143,7 @@ AS $$
     WHERE p.pronamespace = 'toolkit'::regnamespace
         AND p.proname IN (
             '_secure_tenant_table', '_secure_access_labels', '_secure_version_table', 'current_tenant',
-            'current_principals'
+            'current_principals', '_secure_text_postings'
         )
 $$;
 
@@ -251,6 +253,8 @@ BEGIN
     EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', tbl,
         format('Chunks of version %s: model %s, chunker %s, %s(%s).',
             new_version, m.alias, chunker_version, storage, dims));
+    -- Full-text postings and statistics, kept by triggers (011-lexical.sql).
+    PERFORM toolkit._create_text_postings(new_version);
     PERFORM toolkit._secure_version_table(new_version);
     RETURN new_version;
 END
@@ -453,6 +457,8 @@ BEGIN
                   HINT = 'Finish the backfill first: toolkit backfill --resume.';
     END IF;
     PERFORM toolkit._require_valid_index(target);
+    -- The load appended full-text statistics deltas; fold them (searches sum fewer rows).
+    PERFORM toolkit._fold_term_stats(target);
     PERFORM toolkit._set_version_state(target, 'ready');
     -- A ready version can be searched (pinned): it joins toolkit.live_chunks.
     PERFORM toolkit._replace_live_view();

@@ -57,6 +57,8 @@ toolkit.served_retrieval,
 toolkit.chunk_search_text,
 toolkit.query_lexemes,
 toolkit._any_lexeme,
+toolkit._terms_table,
+toolkit._term_stats_table,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
 toolkit.model_secrets
