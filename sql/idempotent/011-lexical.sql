@@ -103,8 +103,9 @@ $$;
 
 -- Full-text postings. ts_match_vq (@@) is not leakproof, so under row-level security the planner may not use a
 -- chunk table's GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version
--- therefore keeps its lexemes in a postings table, terms_vN (tenant, lexeme, chunk_id, tf), whose btree answers
--- "which chunks hold this lexeme" with text equality, which is leakproof; and the statistics BM25 needs in
+-- therefore keeps its lexemes in a postings table, terms_vN (tenant, lexeme, chunk_id; with the lexeme's count tf,
+-- the chunk's token_count and access labels included in the key's index, so searches read the index alone), whose
+-- btree answers "which chunks hold this lexeme" with text equality, which is leakproof; and the statistics BM25 needs in
 -- term_stats_vN: per tenant, label set and lexeme the chunks holding it (df), and under the lexeme '' the chunk count
 -- (in df) and their tokens. Both carry the chunk table's row-level security; triggers on the chunk table keep them.
 
@@ -224,7 +225,8 @@ $$;
 -- Keeps a version's postings and statistics (argument: the version) after a statement on its chunk table: the
 -- lexemes of rows deleted, inserted or changed (tenant, chunk id, parent flag, labels, tsvector or token count) leave
 -- or join the postings; the statistics get one delta row per key (appended, never updated, so concurrent writers of
--- the same lexeme do not wait for each other), folded at once when no other transaction is folding.
+-- the same lexeme do not wait for each other), folded now and then when no other transaction is folding. Postings
+-- are written in key order (neighbouring keys share index pages).
 -- Definer: writes the postings and statistics, which only the owner may write.
 CREATE OR REPLACE FUNCTION toolkit._text_postings_trigger()
 RETURNS trigger
@@ -264,9 +266,9 @@ BEGIN
     END IF;
     IF TG_OP <> 'DELETE' THEN
         EXECUTE format(
-            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, access_labels)'
-            ' SELECT r.tenant, l.lexeme, r.chunk_id, cardinality(l.positions), r.access_labels'
-            ' FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l', terms, added);
+            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT r.tenant, l.lexeme, r.chunk_id, cardinality(l.positions), r.token_count, r.access_labels'
+            ' FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l ORDER BY 1, 2, 3', terms, added);
     END IF;
     EXECUTE format(
         'WITH changes AS (SELECT -1 AS sign, r.tenant, r.access_labels, r.token_count, r.fts FROM (%2$s) AS r'
@@ -281,7 +283,9 @@ BEGIN
         ' SELECT array_agg(w.tenant) AS tenants, array_agg(w.access_labels::text) AS label_sets,'
         '  array_agg(w.lexeme) AS lexemes FROM written AS w', stats, removed, added)
     INTO keys;
-    IF keys.tenants IS NOT NULL THEN
+    -- One write transaction in eight folds the keys it touched (a fold costs about what the deltas did): a key's
+    -- rows stay few between folds, and mark_version_ready folds them all.
+    IF keys.tenants IS NOT NULL AND txid_current() % 8 = 0 THEN
         PERFORM toolkit._fold_term_stats(target, keys.tenants, keys.label_sets, keys.lexemes);
     END IF;
     RETURN NULL;
@@ -316,8 +320,9 @@ BEGIN
             '  lexeme text NOT NULL,'
             '  chunk_id text NOT NULL,'
             '  tf integer NOT NULL,'
+            '  token_count integer NOT NULL,'
             '  access_labels text[] NOT NULL DEFAULT ''{}'','
-            '  PRIMARY KEY (tenant, lexeme, chunk_id)'
+            '  PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)'
             ')', terms);
         EXECUTE format(
             'CREATE TABLE toolkit.%I ('
@@ -329,13 +334,14 @@ BEGIN
             ')', stats);
         EXECUTE format('CREATE INDEX %I ON toolkit.%I (tenant, lexeme)', stats || '_key_idx', stats);
         EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', terms,
-            format('Full-text postings of version %s: each chunk''s lexemes and their counts (tf).', target));
+            format('Full-text postings of version %s: each chunk''s lexemes, their counts (tf), the chunk''s'
+                ' token_count and labels.', target));
         EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', stats,
             format('Full-text statistics of version %s: delta rows of df per tenant, label set and lexeme;'
                 ' lexeme '''' holds the chunk count (df) and their tokens.', target));
         EXECUTE format(
-            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, access_labels)'
-            ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.access_labels'
+            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
             ' FROM toolkit.%I AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
         EXECUTE format(
             'INSERT INTO toolkit.%I (tenant, access_labels, lexeme, df, tokens)'

@@ -137,17 +137,16 @@ BEGIN
         candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
     END IF;
 
-    -- BM25 of each candidate over all the question's lexemes (tf from the postings, looked up by key; dl its
-    -- token_count). Sums run over the lexemes in byte order, as Python sums them.
+    -- BM25 of each candidate (narrowed by the filters on its chunk row) over all the question's lexemes: tf and dl
+    -- (token_count) from the postings' index alone, one scan for every (lexeme, candidate) key. Sums run over the
+    -- lexemes in byte order, as Python sums them.
     BEGIN
         RETURN QUERY EXECUTE format(
             'WITH vector_hits AS MATERIALIZED (%1$s),'
             ' text_candidates AS MATERIALIZED (%4$s),'
-            ' text_rows AS MATERIALIZED (SELECT c.chunk_id, c.token_count FROM text_candidates AS k'
-            '  INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent%2$s),'
-            ' text_matches AS MATERIALIZED (SELECT r.chunk_id, r.token_count, t.lexeme, t.tf'
-            '  FROM text_rows AS r CROSS JOIN unnest($23::text[]) AS l (lexeme)'
-            '  INNER JOIN toolkit.%5$I AS t ON t.tenant = $3 AND t.lexeme = l.lexeme AND t.chunk_id = r.chunk_id),'
+            ' text_rows AS MATERIALIZED (%6$s),'
+            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf FROM toolkit.%5$I AS t'
+            '  WHERE t.tenant = $3 AND t.lexeme = ANY ($23) AND t.chunk_id = ANY (ARRAY(SELECT r.chunk_id FROM text_rows AS r))),'
             ' text_terms AS (SELECT u.lexeme, ln(1 + ($21 - u.df + 0.5) / (u.df + 0.5)) AS idf'
             '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
             ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
@@ -164,7 +163,11 @@ BEGIN
             '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' ORDER BY 1',
-            vector_sql, f.clause, target.chunk_table, candidates_sql, toolkit._terms_table(target.version))
+            vector_sql, f.clause, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
+            CASE WHEN f.clause = '' THEN 'SELECT k.chunk_id FROM text_candidates AS k'
+                ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN toolkit.%I AS c'
+                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent%s',
+                    target.chunk_table, f.clause) END)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             lexemes, NULL::tsquery, fusion::float8, pool, target.model_alias, settings.k1, settings.b,
