@@ -321,8 +321,7 @@ BEGIN
             '  chunk_id text NOT NULL,'
             '  tf integer NOT NULL,'
             '  token_count integer NOT NULL,'
-            '  access_labels text[] NOT NULL DEFAULT ''{}'','
-            '  PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)'
+            '  access_labels text[] NOT NULL DEFAULT ''{}'''
             ')', terms);
         EXECUTE format(
             'CREATE TABLE toolkit.%I ('
@@ -343,6 +342,10 @@ BEGIN
             'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
             ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
             ' FROM toolkit.%I AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
+        -- The key's index built after the rows (a sort, not one insertion per row).
+        EXECUTE format(
+            'ALTER TABLE toolkit.%I ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
+            terms);
         EXECUTE format(
             'INSERT INTO toolkit.%I (tenant, access_labels, lexeme, df, tokens)'
             ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM toolkit.%I AS t GROUP BY 1, 2, 3'

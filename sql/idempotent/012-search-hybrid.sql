@@ -151,7 +151,7 @@ BEGIN
             '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
             ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
             '  FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * ($16 + 1)) / (m.tf + $16 * (1 - $17 + $17 * m.token_count'
-            '    / ($22 / $21))) ORDER BY m.lexeme COLLATE "C") AS weight'
+            '    / $22)) ORDER BY m.lexeme COLLATE "C") AS weight'
             '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme'
             '   GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT $14) AS t),'
             ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
@@ -171,7 +171,10 @@ BEGIN
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             lexemes, NULL::tsquery, fusion::float8, pool, target.model_alias, settings.k1, settings.b,
-            chosen, rarest, settings.postings_limit, text_n, text_total, known, known_df;
+            chosen, rarest, settings.postings_limit, text_n,
+            -- The mean length (1 when there is none, as in Python), computed here: a plan folds constants, and
+            -- 0 / 0 would fail even when no row is scored.
+            CASE WHEN text_n > 0 AND text_total > 0 THEN text_total / text_n ELSE 1 END, known, known_df;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;
