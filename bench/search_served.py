@@ -83,7 +83,7 @@ def questions(rng: np.random.Generator, chunks: list[dict], count: int) -> list[
     for index in rng.choice(len(chunks), size=count, replace=False):
         chunk = chunks[int(index)]
         words = [w for w in re.findall(r"[A-Za-z]{5,}", chunk["text"]) if w.lower() != chunk["rare"]]
-        picked = list(rng.choice(words, size=min(3, len(words)), replace=False)) + [chunk["rare"]]
+        picked = [*rng.choice(words, size=min(3, len(words)), replace=False), chunk["rare"]]
         made.append("What about " + " ".join(picked) + "?")
     return labelled + made
 
@@ -171,7 +171,9 @@ class Served:
         pieces = [p for p in re.split(r"\n(?=CREATE OR REPLACE FUNCTION )", text) if p.startswith("CREATE")]
         wanted = {"toolkit.hybrid_search_chunks(": "before_hybrid", "toolkit.search_passages(": "before_passages"}
         body = "\n".join(
-            p[: p.index("\n$$;") + 4] for p in pieces if any(p.startswith(f"CREATE OR REPLACE FUNCTION {w}") for w in wanted)
+            p[: p.index("\n$$;") + 4]
+            for p in pieces
+            if any(p.startswith(f"CREATE OR REPLACE FUNCTION {w}") for w in wanted)
         )
         for old, new in wanted.items():
             body = body.replace(old, f"toolkit.{new}(").replace(old[len("toolkit.") : -1] + ".", new + ".")
@@ -199,15 +201,25 @@ class Served:
         columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
         started = time.perf_counter()
         for start in range(0, len(rows), BATCH):
-            with conn.transaction(), conn.cursor() as cur:
-                with cur.copy(f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)") as copy:
-                    copy.set_types(["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4", "vector"])
-                    for i in range(start, min(len(rows), start + BATCH)):
-                        c = rows[i]
-                        copy.write_row(
-                            (TENANT, c["chunk_id"], c["doc_id"], c["position"], c["start"], c["end"], c["text"], "h",
-                             c["tokens"], vectors[i])
+            copying = f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)"
+            with conn.transaction(), conn.cursor() as cur, cur.copy(copying) as copy:
+                copy.set_types(["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4", "vector"])
+                for i in range(start, min(len(rows), start + BATCH)):
+                    c = rows[i]
+                    copy.write_row(
+                        (
+                            TENANT,
+                            c["chunk_id"],
+                            c["doc_id"],
+                            c["position"],
+                            c["start"],
+                            c["end"],
+                            c["text"],
+                            "h",
+                            c["tokens"],
+                            vectors[i],
                         )
+                    )
         seconds = time.perf_counter() - started
         return {"version": v, "table": table, "load_s": seconds, "rows_per_s": len(rows) / seconds}
 
@@ -220,7 +232,8 @@ class Served:
         # What autovacuum does soon after a load (inserts past its threshold): the visibility map set, so searches
         # read the postings' index alone (index-only scans).
         terms, stats = conn.execute(
-            "SELECT format('toolkit.%%I', toolkit._terms_table(%s)), format('toolkit.%%I', toolkit._term_stats_table(%s))",
+            "SELECT format('toolkit.%%I', toolkit._terms_table(%s)),"
+            " format('toolkit.%%I', toolkit._term_stats_table(%s))",
             (info["version"], info["version"]),
         ).fetchone()
         conn.execute(f"VACUUM (ANALYZE) {terms}, {stats}")
@@ -303,7 +316,7 @@ class Served:
         samples: dict[str, list[float]] = {name: [] for name in names}
         found: dict[str, list[list]] = {name: [] for name in names}
         for round_ in range(self.rounds):
-            for i, (q, vector) in enumerate(zip(qs, qv, strict=True)):
+            for q, vector in zip(qs, qv, strict=True):
                 for index in rng.permutation(len(names)):
                     name = names[index]
                     rows, ms = self.run_one(conn, calls[name], q, vector)
@@ -327,7 +340,9 @@ class Served:
         with self.owner.transaction():
             self.owner.execute("SET LOCAL ROLE toolkit_reader")
             self.owner.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
-            stats = self.owner.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (v,)).fetchone()[0]
+            stats = self.owner.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (v,)).fetchone()[
+                0
+            ]
             rows = self.owner.execute(
                 f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.tenant = %s"
                 " AND s.lexeme = ANY (toolkit.query_lexemes('english', %s)) GROUP BY 1 HAVING sum(s.df) > 0",
@@ -390,7 +405,9 @@ class Served:
                 result["recall"] = self.recall(vectors, rows, qv, result["latency"].pop("_found_chunks"))
                 for name, r in result["latency"].items():
                     if not name.startswith("_"):
-                        print(f"  {name}: cold {r['cold'][0]:.1f} ms, warm p50 {r['warm'][0]:.1f} p95 {r['warm'][1]:.1f}")
+                        print(
+                            f"  {name}: cold {r['cold'][0]:.1f} ms, warm p50 {r['warm'][0]:.1f} p95 {r['warm'][1]:.1f}"
+                        )
                 print(f"  agreement {result['latency']['_agreement']:.3f}, recall {result['recall']:.3f}", flush=True)
                 self.results["sizes"][size] = result
                 self.clear_documents()
@@ -415,10 +432,10 @@ class Served:
         cutover.retire_version(self.owner, v, reason="bench")
 
     def store_documents(self, documents: dict[str, str]) -> None:
-        with self.owner.transaction(), self.owner.cursor() as cur:
-            with cur.copy("COPY toolkit.documents (tenant, doc_id, source, raw_text, content_hash) FROM STDIN") as copy:
-                for doc_id, text in documents.items():
-                    copy.write_row((TENANT, doc_id, doc_id, text, "h"))
+        copying = "COPY toolkit.documents (tenant, doc_id, source, raw_text, content_hash) FROM STDIN"
+        with self.owner.transaction(), self.owner.cursor() as cur, cur.copy(copying) as copy:
+            for doc_id, text in documents.items():
+                copy.write_row((TENANT, doc_id, doc_id, text, "h"))
         self.owner.execute("ANALYZE toolkit.documents")
 
     def clear_documents(self) -> None:

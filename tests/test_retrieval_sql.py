@@ -406,7 +406,8 @@ def test_postings_follow_the_chunk_table(conn, make_model):
     check()
     assert (
         conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {stats} GROUP BY tenant, access_labels, lexeme HAVING count(*) > 1) AS x"
+            f"SELECT count(*) FROM (SELECT 1 FROM {stats} GROUP BY tenant, access_labels, lexeme"
+            " HAVING count(*) > 1) AS x"
         ).fetchone()[0]
         == 0
     )

@@ -180,7 +180,8 @@ def test_full_text_postings_and_statistics_keep_tenants_and_labels_apart(conn, l
             }
             counts = as_reader(
                 conn,
-                f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.lexeme IN ('', 'text', '1') GROUP BY 1 ORDER BY 1",
+                f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.lexeme IN ('', 'text', '1')"
+                " GROUP BY 1 ORDER BY 1",
                 tenant=tenant,
                 principals=principals,
             )
