@@ -87,17 +87,6 @@ BEGIN
     f := toolkit._search_filters(filters);
     lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
-    IF query_embedding IS NULL THEN
-        vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
-    ELSE
-        vector_sql := format(
-            'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
-            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
-            '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
-            target.distance_sql, f.clause, target.chunk_table);
-    END IF;
-
     -- Full text: the tenant's statistics (N, total tokens and each lexeme's df: sums of term_stats_vN's rows the
     -- caller may read, found through its (tenant, lexeme) index), then the candidates' postings.
     stats_table := toolkit._term_stats_table(target.version);
@@ -135,6 +124,17 @@ BEGIN
             ' ORDER BY t.chunk_id LIMIT $20', toolkit._terms_table(target.version));
     ELSE
         candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
+    END IF;
+
+    IF query_embedding IS NULL THEN
+        vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
+    ELSE
+        vector_sql := format(
+            'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
+            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
+            '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
+            target.distance_sql, f.clause, target.chunk_table);
     END IF;
 
     -- BM25 of each candidate (narrowed by the filters on its chunk row) over all the question's lexemes: tf and dl
