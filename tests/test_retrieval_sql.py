@@ -411,3 +411,35 @@ def test_postings_follow_the_chunk_table(conn, make_model):
         ).fetchone()[0]
         == 0
     )
+
+
+def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, database_url, make_model):
+    """Two open transactions write chunks holding the same lexemes, one of them folding the statistics: the other
+    neither waits (a lock wait would exceed its lock_timeout and fail) nor folds; both commit and the statistics sum
+    to what the chunk table holds."""
+    from toolkit.db.connection import connect
+
+    make_model("c", DIMS, model_name=str(DIMS))
+    store_rows(conn, "c", {"seed.md": "alpha beta gamma"})
+    (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
+    table = f"toolkit.chunks_v{int(version)}"
+    stats = conn.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (version,)).fetchone()[0]
+    insert = (
+        f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
+        " token_count) VALUES (%s, %s, %s, 0, 0, 16, 'alpha beta delta', 'h', 3)"
+    )
+    with connect(database_url) as first, connect(database_url) as second:
+        first.execute(insert, (TENANT, "one", "one.md"))
+        assert first.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        second.execute("SET lock_timeout = '5s'")
+        second.execute(insert, (TENANT, "two", "two.md"))
+        assert not second.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        first.commit()
+        second.commit()
+    counted = conn.execute(
+        f"SELECT l.lexeme, count(*) FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    summed = conn.execute(
+        f"SELECT lexeme, sum(df)::bigint FROM {stats} WHERE lexeme <> '' GROUP BY 1 HAVING sum(df) <> 0 ORDER BY 1"
+    ).fetchall()
+    assert summed == counted and ("alpha", 3) in counted
