@@ -15,6 +15,9 @@ exact scan in PostgreSQL (index scans off, other SQL text, no preparation).
     .venv/bin/python bench/search.py            # print the results
     .venv/bin/python bench/search.py --write    # also replace the "## Search" section of docs/benchmarks.md
 
+``--served`` measures the served retrieval instead (search_passages, hybrid_search_chunks and search_chunks at 10k
+and 100k chunks in one tenant; bench/search_served.py).
+
 It runs its own embedded PostgreSQL in a temporary directory under /tmp and stops it at the end.
 """
 
@@ -508,6 +511,11 @@ def binary_verdict(results: dict) -> str:
 
 
 def main() -> None:
+    if "--served" in sys.argv[1:]:
+        from search_served import main as served
+
+        served()
+        return
     parser = argparse.ArgumentParser(description="Search latency and recall at 100k × 384.")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)

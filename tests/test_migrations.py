@@ -287,3 +287,27 @@ def test_the_upgrade_removes_secrets_an_earlier_release_stored_and_names_the_ali
         stored = json.dumps(c.execute("SELECT to_jsonb(m) FROM toolkit.models AS m").fetchall())
     assert options == {"timeout": 30} and base_url == "http://127.0.0.1:9/v1"
     assert "sk-SECRET" not in stored and "pa55" not in stored
+
+
+def test_the_upgrade_builds_full_text_postings_for_versions_of_an_earlier_release(conn, database_url, make_model):
+    """A version made before the postings existed (downgraded, its postings and triggers dropped, as 0004 made it)
+    gets them, filled from its rows and kept by triggers, when the database is upgraded."""
+    make_model("m1", 8)
+    v = ready_version(conn, "m1", 8, {"a": 20, "b": 5})
+    cutover.activate_version(conn, v, force=True)
+    migrate.downgrade(database_url, migrate.revisions()[-2])
+    for name in ("insert", "delete", "update"):
+        conn.execute(f"DROP TRIGGER text_postings_{name} ON toolkit.chunks_v{v}")
+    conn.execute("SELECT toolkit._drop_text_postings(%s)", (v,))
+    migrate.upgrade(database_url)
+    terms = conn.execute("SELECT format('toolkit.%%I', toolkit._terms_table(%s))", (v,)).fetchone()[0]
+    conn.execute(
+        f"INSERT INTO toolkit.chunks_v{v} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text,"
+        " content_hash, token_count) VALUES ('a', 'new', 'd', 0, 0, 9, 'zymurgy', 'h', 1)"
+    )
+    held = conn.execute(
+        f"SELECT c.tenant, l.lexeme, c.chunk_id FROM toolkit.chunks_v{v} AS c CROSS JOIN LATERAL unnest(c.fts) AS l"
+        " ORDER BY 1, 2, 3"
+    ).fetchall()
+    assert len(held) > 25 and ("a", "zymurgi", "new") in held
+    assert conn.execute(f"SELECT tenant, lexeme, chunk_id FROM {terms} ORDER BY 1, 2, 3").fetchall() == held

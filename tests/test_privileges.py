@@ -30,6 +30,11 @@ from toolkit.store.models import Model, insert_model
 
 ROLES = ("reader", "bound", "writer", "deployer", "owner")
 CHUNK_TABLE = "<chunk table>"
+# A version's full-text postings and statistics (terms_vN, term_stats_vN): read by every role that searches, written
+# by the chunk table's triggers only.
+TERMS_TABLE = "<postings table>"
+TERM_STATS_TABLE = "<postings statistics table>"
+VERSION_TABLES = {CHUNK_TABLE: "chunks_v", TERMS_TABLE: "terms_v", TERM_STATS_TABLE: "term_stats_v"}
 
 # Tables and views: the privileges each role holds (anything not listed is denied). The owner holds every one.
 TABLES = {
@@ -56,6 +61,8 @@ TABLES = {
         "writer": {"SELECT", "INSERT", "UPDATE", "DELETE"},
         "deployer": {"SELECT"},
     },
+    TERMS_TABLE: {"reader": {"SELECT"}, "bound": {"SELECT"}, "writer": {"SELECT"}, "deployer": {"SELECT"}},
+    TERM_STATS_TABLE: {"reader": {"SELECT"}, "bound": {"SELECT"}, "writer": {"SELECT"}, "deployer": {"SELECT"}},
 }
 # Columns of toolkit.models an application may read (to embed questions like the chunks): not the price.
 READER_MODEL_COLUMNS = {
@@ -105,6 +112,8 @@ EVERYONE = {
     "chunk_search_text",
     "query_lexemes",
     "_any_lexeme",
+    "_terms_table",
+    "_term_stats_table",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
@@ -210,7 +219,7 @@ def lived(conn, make_model):
 
 
 def _table_name(name: str, version: int) -> str:
-    return f"toolkit.chunks_v{version}" if name == CHUNK_TABLE else f"toolkit.{name}"
+    return f"toolkit.{VERSION_TABLES[name]}{version}" if name in VERSION_TABLES else f"toolkit.{name}"
 
 
 def test_every_table_and_view_grants_exactly_what_the_matrix_says(conn, logins, lived):
@@ -219,10 +228,10 @@ def test_every_table_and_view_grants_exactly_what_the_matrix_says(conn, logins, 
         r[0]
         for r in conn.execute(
             "SELECT relname FROM pg_class WHERE relnamespace = 'toolkit'::regnamespace AND relkind IN ('r', 'v')"
-            " AND relname !~ '^chunks_v[0-9]+$'"
+            " AND relname !~ '^(chunks|terms|term_stats)_v[0-9]+$'"
         )
     }
-    assert existing == set(TABLES) - {CHUNK_TABLE}, "a table or view is missing from the matrix (or gone)"
+    assert existing == set(TABLES) - set(VERSION_TABLES), "a table or view is missing from the matrix (or gone)"
     for role in ROLES:
         for table, allowed in TABLES.items():
             name = _table_name(table, lived)

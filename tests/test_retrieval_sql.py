@@ -144,7 +144,13 @@ def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mod
     pool = max(retrieval.candidates, depth)
     ids = [c.chunk_id for c in children]
     with conn.transaction():
-        bm25 = BM25(chunk_lexemes(conn, children), [c.token_count for c in children], retrieval.k1, retrieval.b)
+        bm25 = BM25(
+            chunk_lexemes(conn, children),
+            [c.token_count for c in children],
+            retrieval.k1,
+            retrieval.b,
+            retrieval.postings_limit,
+        )
         question_terms = query_lexemes(conn, [q.query for q in QUERIES])
     compared = 0
     for question, terms in zip(QUERIES, question_terms, strict=True):
@@ -165,7 +171,15 @@ def test_full_text_and_fusion_are_hybrid_search_chunks(conn, sample_version, mod
 
 def test_bm25_settings_come_from_sql(conn):
     settings = retrieval_settings(conn)
-    assert set(settings) == {"k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks"}
+    assert set(settings) == {
+        "k1",
+        "b",
+        "rrf_k",
+        "candidates",
+        "hits_per_passage",
+        "passage_chunks",
+        "postings_limit",
+    }
     resolved = Retrieval("hybrid", rrf_k=3).resolved(settings)
     assert (resolved.k1, resolved.b, resolved.rrf_k) == (settings["k1"], settings["b"], 3)
 
@@ -267,3 +281,165 @@ def test_passages_are_search_passages(conn, make_model, corpus):
         assert sum(r[3] for r in rows) <= budget
         merged += sum(1 for r in rows if len(r[4]) > 1)
     assert merged > len(queries) // 4  # touching hits were merged often: the comparison covers merging
+
+
+def store_rows(conn, alias: str, documents: dict[str, str]) -> list:
+    """A version of one-chunk documents written in one statement (the postings triggers fire once), active; returns
+    its chunks."""
+    spec = "recursive:128:0"
+    version = versions.create_version(conn, alias, spec, get_chunker(spec).version)
+    chunker = get_chunker(spec, embedder=EMBEDDER)
+    chunks = [c for doc_id, text in documents.items() for c in chunker.chunk(text, doc_id)]
+    vectors = EMBEDDER.embed_documents([c.embed_text for c in chunks])
+    conn.execute(
+        f"INSERT INTO toolkit.chunks_v{int(version)} (tenant, chunk_id, doc_id, position, start_offset, end_offset,"
+        " context, text, content_hash, token_count, embedding)"
+        " SELECT %s, r.chunk_id, r.doc_id, r.position, r.s, r.e, r.context, r.text, r.h, r.tokens, r.v::vector"
+        " FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::int[], %s::text[], %s::text[], %s::text[],"
+        " %s::int[], %s::text[]) AS r (chunk_id, doc_id, position, s, e, context, text, h, tokens, v)",
+        (
+            TENANT,
+            [c.chunk_id for c in chunks],
+            [c.doc_id for c in chunks],
+            [c.position for c in chunks],
+            [c.start for c in chunks],
+            [c.end for c in chunks],
+            [c.context for c in chunks],
+            [c.text for c in chunks],
+            [c.content_hash for c in chunks],
+            [c.token_count for c in chunks],
+            [str(list(map(float, v))) for v in vectors],
+        ),
+    )
+    conn.execute(f"ANALYZE toolkit.chunks_v{int(version)}")
+    versions.create_version_index(conn, version, maintenance_work_mem="64MB")
+    versions.mark_version_ready(conn, version)
+    cutover.activate_version(conn, version, force=True)
+    return chunks
+
+
+def test_full_text_candidates_stay_within_the_postings_limit(conn, make_model):
+    """More chunks hold the questions' common words than ``postings_limit`` allows: full text scores the chunks
+    holding the rarer lexemes whose postings fit together, or, when even the rarest has too many, its first
+    postings_limit chunks by chunk id; each over all the question's lexemes. SQL and the offline ranking agree, and
+    the limit changes the ranking (an unbounded BM25 ranks otherwise)."""
+    make_model("w", DIMS, model_name=str(DIMS))
+    settings = retrieval_settings(conn)
+    limit = settings["postings_limit"]
+    count = limit + limit // 5
+    documents = {
+        f"d{i:05d}.md": " ".join(
+            ["alpha"] * (1 + i % 3)
+            + ["beta"] * (1 + i % 5)
+            + [f"word{i % 40}", "gamma" if i % 7 == 0 else "delta", "epsilon" if i % 11 == 0 else "zeta"]
+        )
+        for i in range(count)
+    }
+    chunks = store_rows(conn, "w", documents)
+    assert len(chunks) == count
+    ids = [c.chunk_id for c in chunks]
+    retrieval = Retrieval("text").resolved(settings)
+    depth = 20
+    with conn.transaction():
+        terms = chunk_lexemes(conn, chunks)
+        questions = ["alpha beta", "alpha gamma", "gamma epsilon delta", "word7 alpha", "zeta delta", "alpha"]
+        question_terms = query_lexemes(conn, questions)
+    lengths = [c.token_count for c in chunks]
+    bounded = BM25(terms, lengths, retrieval.k1, retrieval.b, limit)
+    unbounded = BM25(terms, lengths, retrieval.k1, retrieval.b)
+    assert bounded.candidates(question_terms[0], ids) == set(
+        sorted((i for i, c in enumerate(chunks) if "alpha" in terms[i]), key=ids.__getitem__)[:limit]
+    )
+    differs = 0
+    for question, lexemes in zip(questions, question_terms, strict=True):
+        expected = [ids[i] for i in text_ranking(bounded, lexemes, ids, depth)]
+        rows = as_reader(conn, "SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, NULL, %s)", (question, depth))
+        assert [r[0] for r in rows] == expected, question
+        differs += expected != [ids[i] for i in text_ranking(unbounded, lexemes, ids, depth)]
+    assert differs >= 2
+
+
+def test_postings_follow_the_chunk_table(conn, make_model):
+    """Inserts, updates (text, labels, an embedding only) and deletes of chunk rows leave the postings and the
+    statistics equal to what the chunk table holds."""
+    make_model("f", DIMS, model_name=str(DIMS))
+    chunks = store_rows(conn, "f", {f"{name}.md": DOCUMENTS[name] for name in sorted(DOCUMENTS)[:3]})
+    (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
+    table = f"toolkit.chunks_v{int(version)}"
+    terms, stats = conn.execute(
+        "SELECT format('toolkit.%%I', toolkit._terms_table(%s)), format('toolkit.%%I', toolkit._term_stats_table(%s))",
+        (version, version),
+    ).fetchone()
+
+    def check():
+        held = conn.execute(
+            f"SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels"
+            f" FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent ORDER BY 1, 2, 3"
+        ).fetchall()
+        posted = conn.execute(
+            f"SELECT tenant, lexeme, chunk_id, tf, token_count, access_labels FROM {terms} ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert posted == held
+        counted = conn.execute(
+            f"SELECT tenant, access_labels, lexeme, count(*), 0 FROM {terms} GROUP BY 1, 2, 3"
+            f" UNION ALL SELECT tenant, access_labels, '', count(*), sum(token_count) FROM {table}"
+            " WHERE NOT is_parent GROUP BY 1, 2 ORDER BY 1, 2, 3"
+        ).fetchall()
+        summed = conn.execute(
+            f"SELECT tenant, access_labels, lexeme, sum(df), sum(tokens) FROM {stats} GROUP BY 1, 2, 3"
+            " HAVING sum(df) <> 0 OR sum(tokens) <> 0 ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert [(*r[:3], int(r[3]), int(r[4])) for r in summed] == [(*r[:3], int(r[3]), int(r[4])) for r in counted]
+
+    check()
+    first, second, third = chunks[0].chunk_id, chunks[1].chunk_id, chunks[2].chunk_id
+    conn.execute(
+        f"UPDATE {table} SET text = text || ' zymurgy zymurgy', token_count = token_count + 2 WHERE chunk_id = %s",
+        (first,),
+    )
+    conn.execute(f"UPDATE {table} SET access_labels = '{{hr}}' WHERE chunk_id = ANY (%s)", ([second, third],))
+    conn.execute(f"UPDATE {table} SET embedding = NULL WHERE chunk_id = %s", (third,))
+    conn.execute(f"DELETE FROM {table} WHERE doc_id = %s", (chunks[-1].doc_id,))
+    check()
+    assert conn.execute(f"SELECT sum(df) FROM {stats} WHERE lexeme = 'zymurgi'").fetchone()[0] == 1
+    conn.execute("SELECT toolkit._fold_term_stats(%s)", (version,))
+    check()
+    assert (
+        conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {stats} GROUP BY tenant, access_labels, lexeme"
+            " HAVING count(*) > 1) AS x"
+        ).fetchone()[0]
+        == 0
+    )
+
+
+def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, database_url, make_model):
+    """Two open transactions write chunks holding the same lexemes, one of them folding the statistics: the other
+    neither waits (a lock wait would exceed its lock_timeout and fail) nor folds; both commit and the statistics sum
+    to what the chunk table holds."""
+    from toolkit.db.connection import connect
+
+    make_model("c", DIMS, model_name=str(DIMS))
+    store_rows(conn, "c", {"seed.md": "alpha beta gamma"})
+    (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
+    table = f"toolkit.chunks_v{int(version)}"
+    stats = conn.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (version,)).fetchone()[0]
+    insert = (
+        f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
+        " token_count) VALUES (%s, %s, %s, 0, 0, 16, 'alpha beta delta', 'h', 3)"
+    )
+    with connect(database_url) as first, connect(database_url) as second:
+        first.execute(insert, (TENANT, "one", "one.md"))
+        assert first.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        second.execute("SET lock_timeout = '5s'")
+        second.execute(insert, (TENANT, "two", "two.md"))
+        assert not second.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        first.commit()
+        second.commit()
+    counted = conn.execute(
+        f"SELECT l.lexeme, count(*) FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    summed = conn.execute(
+        f"SELECT lexeme, sum(df)::bigint FROM {stats} WHERE lexeme <> '' GROUP BY 1 HAVING sum(df) <> 0 ORDER BY 1"
+    ).fetchall()
+    assert summed == counted and ("alpha", 3) in counted

@@ -153,3 +153,54 @@ def test_a_login_role_granted_reader_is_isolated(conn, database_url, live):
             assert app.execute("SELECT DISTINCT tenant FROM toolkit.active_chunks").fetchall() == [("a",)]
     finally:
         conn.execute("DROP ROLE toolkit_test_app")
+
+
+def test_full_text_postings_and_statistics_keep_tenants_and_labels_apart(conn, live):
+    """The postings and statistics the full-text search reads (terms_vN, term_stats_vN) carry the chunk table's
+    row-level security: a reader sees its tenant's rows with labels it holds, directly and through the search; df and
+    N count only those rows, so a hidden chunk's words leave no trace."""
+    v, _ = live
+    terms, stats = conn.execute(
+        "SELECT format('toolkit.%%I', toolkit._terms_table(%s)), format('toolkit.%%I', toolkit._term_stats_table(%s))",
+        (v, v),
+    ).fetchone()
+    assert as_reader(conn, f"SELECT count(*) FROM {terms}") == [(0,)]  # no tenant, no rows
+    assert as_reader(conn, f"SELECT count(*) FROM {stats}") == [(0,)]
+    for tenant in ("a", "b"):
+        for principals, visible in ((["eng"], [[], ["eng"]]), ([], [[]]), (["hr"], [[], ["hr"], ["hr", "finance"]])):
+            seen = as_reader(
+                conn, f"SELECT DISTINCT tenant, access_labels FROM {terms}", tenant=tenant, principals=principals
+            )
+            assert sorted(seen) == sorted((tenant, labels) for labels in visible)
+            chunks = {
+                r[0]
+                for r in as_reader(
+                    conn, f"SELECT chunk_id FROM toolkit.chunks_v{v}", tenant=tenant, principals=principals
+                )
+            }
+            counts = as_reader(
+                conn,
+                f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.lexeme IN ('', 'text', '1')"
+                " GROUP BY 1 ORDER BY 1",
+                tenant=tenant,
+                principals=principals,
+            )
+            expected = [("", len(chunks)), ("text", len(chunks))] + ([("1", 1)] if f"v{v}-{tenant}-1" in chunks else [])
+            assert sorted((r[0], int(r[1])) for r in counts) == sorted(expected)
+            found = as_reader(
+                conn,
+                "SELECT chunk_id, text_rank FROM toolkit.hybrid_search_chunks('text 1', NULL, 50)",
+                tenant=tenant,
+                principals=principals,
+            )
+            assert found and {r[0] for r in found} <= chunks
+            # Chunk 1 is labelled hr: only a reader holding hr finds it first (its rare word '1').
+            assert (found[0][0] == f"v{v}-{tenant}-1") == ("hr" in principals)
+    with pytest.raises(pg_errors.InsufficientPrivilege):
+        as_reader(
+            conn,
+            f"INSERT INTO {terms} (tenant, lexeme, chunk_id, tf, token_count) VALUES ('a', 'x', 'x', 1, 1)",
+            tenant="a",
+        )
+    with pytest.raises(pg_errors.InsufficientPrivilege):
+        as_reader(conn, f"DELETE FROM {stats}", tenant="a")

@@ -117,6 +117,7 @@ BEGIN
     EXECUTE format(
         'CREATE TRIGGER version_rows_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s'
         ' FOR EACH STATEMENT EXECUTE FUNCTION toolkit._version_rows_changed(%L)', tbl, target);
+    PERFORM toolkit._secure_text_postings(target);
     UPDATE toolkit.versions SET secured_with = toolkit._version_security_definition() WHERE version = target;
 END
 $$;
@@ -136,6 +137,7 @@ BEGIN
     EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
     EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
     EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO toolkit_writer', tbl);
+    PERFORM toolkit._grant_text_postings(target);
 END
 $$;
 
@@ -200,7 +202,7 @@ AS $$
     WHERE p.pronamespace = 'toolkit'::regnamespace
         AND p.proname IN (
             '_secure_tenant_table', '_secure_access_labels', '_secure_version_table', 'current_tenant',
-            'current_principals'
+            'current_principals', '_secure_text_postings'
         )
 $$;
 
@@ -310,6 +312,8 @@ BEGIN
     EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', tbl,
         format('Chunks of version %s: model %s, chunker %s, %s(%s).',
             new_version, m.alias, chunker_version, storage, dims));
+    -- Full-text postings and statistics, kept by triggers (011-lexical.sql).
+    PERFORM toolkit._create_text_postings(new_version);
     PERFORM toolkit._secure_version_table(new_version);
     RETURN new_version;
 END
@@ -514,6 +518,8 @@ BEGIN
     PERFORM toolkit._require_valid_index(target);
     -- Its rows were written while it was building (when the trigger leaves the registry alone): that is a change.
     UPDATE toolkit.versions SET content_changed_at = clock_timestamp() WHERE version = target AND state = 'building';
+    -- The load appended full-text statistics deltas; fold them (searches sum fewer rows).
+    PERFORM toolkit._fold_term_stats(target);
     PERFORM toolkit._set_version_state(target, 'ready');
     -- A ready version can be searched (pinned): it joins toolkit.live_chunks (retrying briefly: never queue readers).
     PERFORM toolkit._replace_live_view_patiently();

@@ -383,6 +383,7 @@ BEGIN
     PERFORM toolkit._set_version_state(target, 'retired');
     PERFORM toolkit._replace_live_view();
     EXECUTE format('DROP TABLE IF EXISTS toolkit.%I', toolkit._version_table(target));
+    PERFORM toolkit._drop_text_postings(target);
     INSERT INTO toolkit.cutovers AS c (action, from_version, reason, forced)
     VALUES ('retire', target, reason, protected)
     RETURNING c.cutover_id INTO new_id;

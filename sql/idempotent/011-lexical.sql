@@ -4,8 +4,9 @@
 SET LOCAL ROLE toolkit_owner;
 
 -- Returns the served retrieval's settings: BM25's k1 and b, the RRF constant and the candidates per list, the hits
--- fetched per passage and a passage's token budget in mean chunks. search_passages, the verification and the
--- offline evaluation all read them here.
+-- fetched per passage, a passage's token budget in mean chunks, and the most postings (chunk and lexeme pairs) full
+-- text reads to find its candidates (postings_limit; see hybrid_search_chunks). search_passages, the verification and
+-- the offline evaluation all read them here.
 CREATE OR REPLACE FUNCTION toolkit.retrieval_settings()
 RETURNS TABLE (
     k1 double precision,
@@ -13,7 +14,8 @@ RETURNS TABLE (
     rrf_k integer,
     candidates integer,
     hits_per_passage integer,
-    passage_chunks double precision
+    passage_chunks double precision,
+    postings_limit integer
 )
 LANGUAGE sql
 IMMUTABLE
@@ -25,7 +27,9 @@ AS $$
     -- constants, were best or within a question of it; rrf_k 10 fused best on both labelled sets (60, the usual
     -- constant, lost 4.7 and 6.8 points of span recall); 100 candidates per list gained nothing over 50. Passages:
     -- 4 hits fetched per passage and a budget of k x 1.5 mean chunks (docs/evaluation.md, "Served passages").
-    SELECT 1.2::float8, 0.75::float8, 10, 50, 4, 1.5::float8;
+    -- Full-text candidates from at most 1,000 postings: search time bounded by an index range, not by the corpus
+    -- (docs/search.md, "Full text"; docs/benchmarks.md, "Search").
+    SELECT 1.2::float8, 0.75::float8, 10, 50, 4, 1.5::float8, 1000;
 $$;
 
 -- Returns the lexical defaults (retrieval_settings' first four columns), for callers of earlier releases.
@@ -50,8 +54,9 @@ PARALLEL SAFE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT format('passages:hybrid:k1=%s:b=%s:rrf_k=%s:candidates=%s:hits_per_passage=%s:passage_chunks=%s',
-        s.k1, s.b, s.rrf_k, s.candidates, s.hits_per_passage, s.passage_chunks)
+    SELECT format(
+        'passages:hybrid:k1=%s:b=%s:rrf_k=%s:candidates=%s:hits_per_passage=%s:passage_chunks=%s:postings_limit=%s',
+        s.k1, s.b, s.rrf_k, s.candidates, s.hits_per_passage, s.passage_chunks, s.postings_limit)
     FROM toolkit.retrieval_settings() AS s;
 $$;
 
@@ -94,4 +99,293 @@ AS $$
         ''::tsquery
     )
     FROM unnest(lexemes) AS l;
+$$;
+
+-- Full-text postings. ts_match_vq (@@) is not leakproof, so under row-level security the planner may not use a
+-- chunk table's GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version
+-- therefore keeps its lexemes in a postings table, terms_vN (tenant, lexeme, chunk_id; with the lexeme's count tf,
+-- the chunk's token_count and access labels included in the key's index, so searches read the index alone), whose
+-- btree answers "which chunks hold this lexeme" with text equality, which is leakproof; and the statistics BM25 needs in
+-- term_stats_vN: per tenant, label set and lexeme the chunks holding it (df), and under the lexeme '' the chunk count
+-- (in df) and their tokens. Both carry the chunk table's row-level security; triggers on the chunk table keep them.
+
+-- Returns the name of a version's postings table (terms_vN); quoted with %I when used.
+CREATE OR REPLACE FUNCTION toolkit._terms_table(version integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'terms_v' || version::text
+$$;
+
+-- Returns the name of a version's full-text statistics table (term_stats_vN); quoted with %I when used.
+CREATE OR REPLACE FUNCTION toolkit._term_stats_table(version integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'term_stats_v' || version::text
+$$;
+
+-- Grants on a version's postings and statistics: read for every role that searches; the triggers write them.
+CREATE OR REPLACE FUNCTION toolkit._grant_text_postings(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl text;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY[toolkit._terms_table(target), toolkit._term_stats_table(target)] LOOP
+        IF to_regclass(format('toolkit.%I', tbl)) IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON toolkit.%I FROM public', tbl);
+            EXECUTE format('GRANT SELECT ON toolkit.%I TO toolkit_reader, toolkit_writer, toolkit_deployer', tbl);
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- (Re)applies the chunk table's row-level security (tenant isolation, access labels) to a version's postings and
+-- statistics, and their grants.
+CREATE OR REPLACE FUNCTION toolkit._secure_text_postings(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    tbl regclass;
+BEGIN
+    FOREACH tbl IN ARRAY ARRAY[
+        to_regclass(format('toolkit.%I', toolkit._terms_table(target))),
+        to_regclass(format('toolkit.%I', toolkit._term_stats_table(target)))
+    ] LOOP
+        IF tbl IS NOT NULL THEN
+            PERFORM toolkit._secure_tenant_table(tbl);
+            PERFORM toolkit._secure_access_labels(tbl);
+        END IF;
+    END LOOP;
+    PERFORM toolkit._grant_text_postings(target);
+END
+$$;
+
+-- Folds the statistics' delta rows into one row per tenant, label set and lexeme: every key (keys NULL), or the keys
+-- of the rows in the given tenants, label sets (as text) and lexemes. Rows that other transactions are still adding
+-- are left for a later fold. Returns false, doing nothing, when another transaction is folding (it holds the table's
+-- SHARE UPDATE EXCLUSIVE lock, which writers of deltas and readers do not conflict with) or the transaction is not
+-- READ COMMITTED (a snapshot older than the lock could miss another fold's work).
+CREATE OR REPLACE FUNCTION toolkit._fold_term_stats(
+    target integer, tenants text[] DEFAULT NULL, label_sets text[] DEFAULT NULL, lexemes text[] DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    stats text := toolkit._term_stats_table(target);
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE toolkit.%I IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', stats);
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    IF tenants IS NULL THEN
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM toolkit.%1$I AS s RETURNING s.*)'
+            ' INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
+            ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats);
+    ELSE
+        EXECUTE format(
+            'WITH keys AS (SELECT DISTINCT k.tenant, k.labels::text[] AS labels, k.lexeme'
+            '  FROM unnest($1, $2, $3) AS k (tenant, labels, lexeme)),'
+            ' gone AS (DELETE FROM toolkit.%1$I AS s USING keys AS k'
+            '  WHERE s.tenant = k.tenant AND s.lexeme = k.lexeme AND s.access_labels = k.labels RETURNING s.*)'
+            ' INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
+            ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats)
+            USING tenants, label_sets, lexemes;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- Keeps a version's postings and statistics (argument: the version) after a statement on its chunk table: the
+-- lexemes of rows deleted, inserted or changed (tenant, chunk id, parent flag, labels, tsvector or token count) leave
+-- or join the postings; the statistics get one delta row per key (appended, never updated, so concurrent writers of
+-- the same lexeme do not wait for each other), folded now and then when no other transaction is folding. Postings
+-- are written in key order (neighbouring keys share index pages).
+-- Definer: writes the postings and statistics, which only the owner may write.
+CREATE OR REPLACE FUNCTION toolkit._text_postings_trigger()
+RETURNS trigger
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    target integer := TG_ARGV[0]::integer;
+    terms text := toolkit._terms_table(target);
+    stats text := toolkit._term_stats_table(target);
+    same text := 'n.tenant = o.tenant AND n.chunk_id = o.chunk_id AND n.is_parent = o.is_parent'
+        ' AND n.access_labels = o.access_labels AND n.token_count = o.token_count AND n.fts = o.fts';
+    removed text := 'SELECT NULL::text AS tenant, NULL::text AS chunk_id, NULL::text[] AS access_labels,'
+        ' NULL::integer AS token_count, NULL::tsvector AS fts WHERE false';
+    added text := removed;
+    keys record;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        removed := 'SELECT o.tenant, o.chunk_id, o.access_labels, o.token_count, o.fts FROM old_rows AS o'
+            ' WHERE NOT o.is_parent';
+    ELSIF TG_OP = 'INSERT' THEN
+        added := 'SELECT n.tenant, n.chunk_id, n.access_labels, n.token_count, n.fts FROM new_rows AS n'
+            ' WHERE NOT n.is_parent';
+    ELSE
+        removed := 'SELECT o.tenant, o.chunk_id, o.access_labels, o.token_count, o.fts FROM old_rows AS o'
+            ' WHERE NOT o.is_parent AND NOT EXISTS (SELECT FROM new_rows AS n WHERE ' || same || ')';
+        added := 'SELECT n.tenant, n.chunk_id, n.access_labels, n.token_count, n.fts FROM new_rows AS n'
+            ' WHERE NOT n.is_parent AND NOT EXISTS (SELECT FROM old_rows AS o WHERE ' || same || ')';
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        EXECUTE format(
+            'DELETE FROM toolkit.%I AS t USING (SELECT r.tenant, l.lexeme, r.chunk_id'
+            '  FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l) AS x'
+            ' WHERE t.tenant = x.tenant AND t.lexeme = x.lexeme AND t.chunk_id = x.chunk_id', terms, removed);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        EXECUTE format(
+            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT r.tenant, l.lexeme, r.chunk_id, cardinality(l.positions), r.token_count, r.access_labels'
+            ' FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l ORDER BY 1, 2, 3', terms, added);
+    END IF;
+    EXECUTE format(
+        'WITH changes AS (SELECT -1 AS sign, r.tenant, r.access_labels, r.token_count, r.fts FROM (%2$s) AS r'
+        '  UNION ALL SELECT 1, r.tenant, r.access_labels, r.token_count, r.fts FROM (%3$s) AS r),'
+        ' deltas AS (SELECT c.tenant, c.access_labels, l.lexeme, sum(c.sign) AS df, 0::bigint AS tokens'
+        '  FROM changes AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1, 2, 3'
+        '  UNION ALL SELECT c.tenant, c.access_labels, '''', sum(c.sign), sum(c.sign * c.token_count)'
+        '  FROM changes AS c GROUP BY 1, 2),'
+        ' written AS (INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+        '  SELECT d.tenant, d.access_labels, d.lexeme, d.df, d.tokens FROM deltas AS d'
+        '  WHERE d.df <> 0 OR d.tokens <> 0 RETURNING tenant, access_labels, lexeme)'
+        ' SELECT array_agg(w.tenant) AS tenants, array_agg(w.access_labels::text) AS label_sets,'
+        '  array_agg(w.lexeme) AS lexemes FROM written AS w', stats, removed, added)
+    INTO keys;
+    -- One write transaction in eight folds the keys it touched (a fold costs about what the deltas did): a key's
+    -- rows stay few between folds, and mark_version_ready folds them all.
+    IF keys.tenants IS NOT NULL AND txid_current() % 8 = 0 THEN
+        PERFORM toolkit._fold_term_stats(target, keys.tenants, keys.label_sets, keys.lexemes);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- Creates a version's postings and statistics when they are missing (filled from the chunk table's rows), and the
+-- triggers that keep them. Run by create_version and, for every live version, by each upgrade (900-apply.sql).
+CREATE OR REPLACE FUNCTION toolkit._create_text_postings(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    chunks text := toolkit._version_table(target);
+    terms text := toolkit._terms_table(target);
+    stats text := toolkit._term_stats_table(target);
+BEGIN
+    IF to_regclass(format('toolkit.%I', chunks)) IS NULL THEN
+        RETURN;
+    END IF;
+    IF to_regclass(format('toolkit.%I', terms)) IS NULL OR to_regclass(format('toolkit.%I', stats)) IS NULL THEN
+        -- Writers wait while the postings are filled, so none of their rows is missed.
+        PERFORM toolkit._take_lock(format('toolkit.%I', chunks)::regclass, 'SHARE',
+            format('building the full-text postings of version %s', target), '1h');
+        EXECUTE format('DROP TABLE IF EXISTS toolkit.%I, toolkit.%I', terms, stats);
+        EXECUTE format(
+            'CREATE TABLE toolkit.%I ('
+            '  tenant text NOT NULL,'
+            '  lexeme text NOT NULL,'
+            '  chunk_id text NOT NULL,'
+            '  tf integer NOT NULL,'
+            '  token_count integer NOT NULL,'
+            '  access_labels text[] NOT NULL DEFAULT ''{}'''
+            ')', terms);
+        EXECUTE format(
+            'CREATE TABLE toolkit.%I ('
+            '  tenant text NOT NULL,'
+            '  access_labels text[] NOT NULL DEFAULT ''{}'','
+            '  lexeme text NOT NULL,'
+            '  df bigint NOT NULL,'
+            '  tokens bigint NOT NULL DEFAULT 0'
+            ')', stats);
+        EXECUTE format('CREATE INDEX %I ON toolkit.%I (tenant, lexeme)', stats || '_key_idx', stats);
+        EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', terms,
+            format('Full-text postings of version %s: each chunk''s lexemes, their counts (tf), the chunk''s'
+                ' token_count and labels.', target));
+        EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', stats,
+            format('Full-text statistics of version %s: delta rows of df per tenant, label set and lexeme;'
+                ' lexeme '''' holds the chunk count (df) and their tokens.', target));
+        EXECUTE format(
+            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
+            ' FROM toolkit.%I AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
+        -- The key's index built after the rows (a sort, not one insertion per row).
+        EXECUTE format(
+            'ALTER TABLE toolkit.%I ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
+            terms);
+        EXECUTE format(
+            'INSERT INTO toolkit.%I (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM toolkit.%I AS t GROUP BY 1, 2, 3'
+            ' UNION ALL SELECT c.tenant, c.access_labels, '''', count(*), sum(c.token_count)'
+            ' FROM toolkit.%I AS c WHERE NOT c.is_parent GROUP BY 1, 2', stats, terms, chunks);
+        EXECUTE format('ANALYZE toolkit.%I', terms);
+        EXECUTE format('ANALYZE toolkit.%I', stats);
+        PERFORM toolkit._secure_text_postings(target);
+    END IF;
+    IF EXISTS (
+        SELECT FROM pg_catalog.pg_trigger AS t
+        WHERE t.tgrelid = format('toolkit.%I', chunks)::regclass AND t.tgname = 'text_postings_update'
+    ) THEN
+        RETURN;
+    END IF;
+    EXECUTE format(
+        'CREATE OR REPLACE TRIGGER text_postings_insert AFTER INSERT ON toolkit.%I'
+        ' REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION toolkit._text_postings_trigger(%s)',
+        chunks, target);
+    EXECUTE format(
+        'CREATE OR REPLACE TRIGGER text_postings_delete AFTER DELETE ON toolkit.%I'
+        ' REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION toolkit._text_postings_trigger(%s)',
+        chunks, target);
+    EXECUTE format(
+        'CREATE OR REPLACE TRIGGER text_postings_update AFTER UPDATE ON toolkit.%I'
+        ' REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT'
+        ' EXECUTE FUNCTION toolkit._text_postings_trigger(%s)', chunks, target);
+END
+$$;
+
+-- Drops a version's postings and statistics (its chunk table is being dropped).
+CREATE OR REPLACE FUNCTION toolkit._drop_text_postings(target integer)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('DROP TABLE IF EXISTS toolkit.%I, toolkit.%I',
+        toolkit._terms_table(target), toolkit._term_stats_table(target));
+END
 $$;

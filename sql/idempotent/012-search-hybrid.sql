@@ -10,8 +10,13 @@ SELECT
     set_config('search_path', toolkit._vector_schema() || ', pg_catalog', TRUE) AS search_path;
 
 -- Hybrid top-k: full-text and vector candidates fused by reciprocal rank fusion (1 / (rrf_k + rank)), pinned like
--- search_chunks. Full text ranks by BM25 (toolkit.lexical_settings: k1, b) over the chunks holding any of the
--- question's lexemes; toolkit.evaluation.retrieval (the offline evaluation) computes the same ranking with the same arithmetic.
+-- search_chunks. Full text ranks by BM25 (toolkit.retrieval_settings: k1, b) the candidates found through the
+-- version's postings (terms_vN, 011-lexical.sql) within postings_limit: the question's lexemes rarest first (document
+-- frequency, then byte order) while their postings together stay within the limit, all chunks holding one of them;
+-- when even the rarest has more, its first postings_limit chunks by chunk id. A candidate's score sums over all the
+-- question's lexemes. N, the mean length and df are the tenant's (term_stats_vN, over the rows the caller may read;
+-- not narrowed by the filters, which narrow the candidates). toolkit.evaluation.retrieval (the offline evaluation)
+-- computes the same ranking with the same arithmetic.
 CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_text text,
     query_embedding vector,
@@ -53,11 +58,21 @@ DECLARE
     settings record;
     lexemes text[];
     vector_sql text;
+    candidates_sql text;
     pool integer;
     fusion integer;
+    stats_table text;
+    text_n float8 := 0;
+    text_total float8 := 0;
+    known text[] := '{}';
+    known_df float8[] := '{}';
+    chosen text[] := '{}';
+    chosen_postings float8 := 0;
+    rarest text;
+    i integer;
 BEGIN
     PERFORM toolkit._check_k(k);
-    SELECT * INTO settings FROM toolkit.lexical_settings();
+    SELECT * INTO settings FROM toolkit.retrieval_settings();
     fusion := coalesce(rrf_k, settings.rrf_k);
     IF fusion < 0 THEN
         RAISE EXCEPTION 'rrf_k must be 0 or more, not %', fusion USING ERRCODE = 'invalid_parameter_value';
@@ -72,6 +87,45 @@ BEGIN
     f := toolkit._search_filters(filters);
     lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
+    -- Full text: the tenant's statistics (N, total tokens and each lexeme's df: sums of term_stats_vN's rows the
+    -- caller may read, found through its (tenant, lexeme) index), then the candidates' postings.
+    stats_table := toolkit._term_stats_table(target.version);
+    IF cardinality(lexemes) > 0 THEN
+        BEGIN
+            EXECUTE format(
+                'SELECT coalesce(sum(s.df), 0)::float8, coalesce(sum(s.tokens), 0)::float8 FROM toolkit.%I AS s'
+                ' WHERE s.tenant = $1 AND s.lexeme = ''''', stats_table)
+            INTO text_n, text_total USING tenant;
+            EXECUTE format(
+                'SELECT coalesce(array_agg(x.lexeme ORDER BY x.df, x.lexeme COLLATE "C"), ''{}''),'
+                ' coalesce(array_agg(x.df ORDER BY x.df, x.lexeme COLLATE "C"), ''{}'')'
+                ' FROM (SELECT s.lexeme, sum(s.df)::float8 AS df FROM toolkit.%I AS s'
+                '  WHERE s.tenant = $1 AND s.lexeme = ANY ($2) GROUP BY s.lexeme HAVING sum(s.df) > 0) AS x',
+                stats_table)
+            INTO known, known_df USING tenant, lexemes;
+        EXCEPTION WHEN undefined_table THEN
+            PERFORM toolkit._version_gone(target.version);
+        END;
+    END IF;
+    -- Rarest first, while the postings read stay within the limit; else the rarest lexeme's first chunks.
+    FOR i IN 1 .. cardinality(known) LOOP
+        EXIT WHEN chosen_postings + known_df[i] > settings.postings_limit;
+        chosen := chosen || known[i];
+        chosen_postings := chosen_postings + known_df[i];
+    END LOOP;
+    IF cardinality(chosen) > 0 THEN
+        candidates_sql := format(
+            'SELECT DISTINCT t.chunk_id FROM toolkit.%I AS t WHERE t.tenant = $3 AND t.lexeme = ANY ($18)',
+            toolkit._terms_table(target.version));
+    ELSIF cardinality(known) > 0 THEN
+        rarest := known[1];
+        candidates_sql := format(
+            'SELECT t.chunk_id FROM toolkit.%I AS t WHERE t.tenant = $3 AND t.lexeme = $19'
+            ' ORDER BY t.chunk_id LIMIT $20', toolkit._terms_table(target.version));
+    ELSE
+        candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
+    END IF;
+
     IF query_embedding IS NULL THEN
         vector_sql := 'SELECT NULL::text AS chunk_id, NULL::bigint AS r, NULL::float8 AS distance WHERE false';
     ELSE
@@ -83,23 +137,22 @@ BEGIN
             target.distance_sql, f.clause, target.chunk_table);
     END IF;
 
-    -- BM25: N and the mean length (token_count) over the searched chunks; df and tf from the chunks holding a
-    -- lexeme (found through the GIN index). Sums run over the lexemes in byte order, as Python sums them.
+    -- BM25 of each candidate (narrowed by the filters on its chunk row) over all the question's lexemes: tf and dl
+    -- (token_count) from the postings' index alone, one scan for every (lexeme, candidate) key. Sums run over the
+    -- lexemes in byte order, as Python sums them.
     BEGIN
         RETURN QUERY EXECUTE format(
             'WITH vector_hits AS MATERIALIZED (%1$s),'
-            ' text_stats AS MATERIALIZED (SELECT count(*)::float8 AS n,'
-            '  coalesce(sum(c.token_count), 0)::float8 AS total'
-            '  FROM toolkit.%3$I AS c WHERE c.tenant = $3 AND NOT c.is_parent%2$s),'
-            ' text_matches AS MATERIALIZED (SELECT c.chunk_id, c.token_count, l.lexeme, cardinality(l.positions) AS tf'
-            '  FROM toolkit.%3$I AS c CROSS JOIN LATERAL unnest(c.fts) AS l'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent AND c.fts @@ $12 AND l.lexeme = ANY ($11)%2$s),'
-            ' text_terms AS (SELECT m.lexeme, ln(1 + (s.n - count(*) + 0.5) / (count(*) + 0.5)) AS idf'
-            '  FROM text_matches AS m CROSS JOIN text_stats AS s GROUP BY m.lexeme, s.n),'
+            ' text_candidates AS MATERIALIZED (%4$s),'
+            ' text_rows AS MATERIALIZED (%6$s),'
+            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf FROM toolkit.%5$I AS t'
+            '  WHERE t.tenant = $3 AND t.lexeme = ANY ($23) AND t.chunk_id = ANY (ARRAY(SELECT r.chunk_id FROM text_rows AS r))),'
+            ' text_terms AS (SELECT u.lexeme, ln(1 + ($21 - u.df + 0.5) / (u.df + 0.5)) AS idf'
+            '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
             ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
             '  FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * ($16 + 1)) / (m.tf + $16 * (1 - $17 + $17 * m.token_count'
-            '    / (s.total / s.n))) ORDER BY m.lexeme COLLATE "C") AS weight'
-            '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme CROSS JOIN text_stats AS s'
+            '    / $22)) ORDER BY m.lexeme COLLATE "C") AS weight'
+            '   FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme'
             '   GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT $14) AS t),'
             ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
             '   v.distance, coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
@@ -110,10 +163,18 @@ BEGIN
             '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' ORDER BY 1',
-            vector_sql, f.clause, target.chunk_table)
+            vector_sql, f.clause, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
+            CASE WHEN f.clause = '' THEN 'SELECT k.chunk_id FROM text_candidates AS k'
+                ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN toolkit.%I AS c'
+                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent%s',
+                    target.chunk_table, f.clause) END)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-            lexemes, toolkit._any_lexeme(lexemes), fusion::float8, pool, target.model_alias, settings.k1, settings.b;
+            lexemes, NULL::tsquery, fusion::float8, pool, target.model_alias, settings.k1, settings.b,
+            chosen, rarest, settings.postings_limit, text_n,
+            -- The mean length (1 when there is none, as in Python), computed here: a plan folds constants, and
+            -- 0 / 0 would fail even when no row is scored.
+            CASE WHEN text_n > 0 AND text_total > 0 THEN text_total / text_n ELSE 1 END, known, known_df;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;
@@ -364,9 +425,11 @@ BEGIN
     budget := max_tokens;
     IF budget IS NULL THEN
         BEGIN
+            -- The mean chunk tokens from the version's full-text statistics (the rows the caller may read).
             EXECUTE format(
-                'SELECT ceil($2 * $3 * coalesce(avg(c.token_count), 0))::integer FROM toolkit.%I AS c'
-                ' WHERE c.tenant = $1 AND NOT c.is_parent', target.chunk_table)
+                'SELECT ceil($2 * $3 * coalesce(sum(s.tokens)::float8 / nullif(sum(s.df), 0)::float8, 0))::integer'
+                ' FROM toolkit.%I AS s WHERE s.tenant = $1 AND s.lexeme = ''''',
+                toolkit._term_stats_table(target.version))
             INTO budget USING search_tenant, k, settings.passage_chunks;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);

@@ -15,6 +15,15 @@ BEGIN
     -- Readers cut passages from documents (search_passages): a labelled document is theirs only with its label.
     PERFORM toolkit._secure_access_labels('toolkit.documents', 'toolkit_reader');
     PERFORM toolkit._secure_tenant_table('toolkit.query_log');
+    -- Full-text postings: built for a live version that has none (a version made by an earlier release), dropped
+    -- for a retired one (left by a downgrade's retire).
+    FOR v IN SELECT x.version FROM toolkit.versions AS x ORDER BY 1 LOOP
+        IF (SELECT x.state FROM toolkit.versions AS x WHERE x.version = v) = ANY (toolkit.version_states('live')) THEN
+            PERFORM toolkit._create_text_postings(v);
+        ELSE
+            PERFORM toolkit._drop_text_postings(v);
+        END IF;
+    END LOOP;
     FOR v IN
         SELECT x.version FROM toolkit.versions AS x
         WHERE x.state = ANY (toolkit.version_states('live')) AND x.secured_with IS DISTINCT FROM definition

@@ -398,7 +398,9 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
                     lexical.query_lexemes(conn, questions, config),
                 )
         chunk_terms, question_terms = lexemes_by_config[config]
-        bm25 = lexical.BM25(chunk_terms, [c.token_count for c in chunks], retrieval.k1, retrieval.b)
+        bm25 = lexical.BM25(
+            chunk_terms, [c.token_count for c in chunks], retrieval.k1, retrieval.b, retrieval.postings_limit
+        )
         pool = max(retrieval.candidates, depth)
         found = []
         for order, terms in zip(vector_orders, question_terms, strict=True):

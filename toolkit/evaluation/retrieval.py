@@ -38,6 +38,7 @@ class Retrieval:
     candidates: int | None = None
     hits_per_passage: int | None = None
     passage_chunks: float | None = None
+    postings_limit: int | None = None
     text_search_config: str = DEFAULT_TEXT_SEARCH_CONFIG
     # The label as given, kept when SQL's defaults are filled in (``resolved``).
     given: str = field(default="", compare=False, repr=False)
@@ -57,7 +58,7 @@ class Retrieval:
             or self.passage_chunks <= 0
         ):
             raise InputError(f"passage_chunks must be a number > 0, not {self.passage_chunks!r}.")
-        for name, low in (("rrf_k", 0), ("candidates", 1), ("hits_per_passage", 1)):
+        for name, low in (("rrf_k", 0), ("candidates", 1), ("hits_per_passage", 1), ("postings_limit", 1)):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
                 raise InputError(f"{name} must be a whole number ≥ {low}, not {value!r}.")
@@ -93,7 +94,7 @@ class Retrieval:
 
 
 # The settings a retrieval takes from SQL (toolkit.retrieval_settings(), whose columns they are).
-SETTINGS = ("k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks")
+SETTINGS = ("k1", "b", "rrf_k", "candidates", "hits_per_passage", "passage_chunks", "postings_limit")
 
 
 def parse_retrieval(text: str | Retrieval | None) -> Retrieval:
@@ -112,6 +113,7 @@ def parse_retrieval(text: str | Retrieval | None) -> Retrieval:
         "candidates": int,
         "hits_per_passage": int,
         "passage_chunks": float,
+        "postings_limit": int,
         "config": str,
         "assemble": str,
     }
@@ -177,8 +179,8 @@ def chunk_lexemes(conn, chunks: Sequence, config: str = DEFAULT_TEXT_SEARCH_CONF
 
 
 def retrieval_settings(conn) -> dict:
-    """The SQL defaults (``toolkit.retrieval_settings()``): k1, b, rrf_k, candidates, hits_per_passage and
-    passage_chunks."""
+    """The SQL defaults (``toolkit.retrieval_settings()``): k1, b, rrf_k, candidates, hits_per_passage,
+    passage_chunks and postings_limit."""
     cur = conn.execute("SELECT * FROM toolkit.retrieval_settings()")
     return dict(zip([c.name for c in cur.description], cur.fetchone(), strict=True))
 
@@ -223,10 +225,19 @@ def order_by(scores: np.ndarray, chunk_ids: Sequence[str], *, descending: bool) 
 class BM25:
     """BM25 over the chunks' lexeme counts: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term weight
     tf (k1 + 1) / (tf + k1 (1 - b + b dl / avgdl)), dl the chunk's token count. The arithmetic, summed over
-    the question's lexemes in byte order, is that of ``hybrid_search_chunks`` (012-search-hybrid.sql)."""
+    the question's lexemes in byte order, is that of ``hybrid_search_chunks`` (012-search-hybrid.sql), and so is the
+    choice of the chunks it scores (``candidates``) when ``postings_limit`` is given."""
 
-    def __init__(self, documents: Sequence[dict[str, int]], lengths: Sequence[int], k1: float, b: float):
+    def __init__(
+        self,
+        documents: Sequence[dict[str, int]],
+        lengths: Sequence[int],
+        k1: float,
+        b: float,
+        postings_limit: int | None = None,
+    ):
         self.k1, self.b = float(k1), float(b)
+        self.postings_limit = postings_limit
         self.n = len(documents)
         # A chunk's length is its token_count (what SQL has in a plain column; its lexemes would need the
         # tsvector of every chunk read for every question). The sum is exact in integers, as SQL sums it.
@@ -241,21 +252,46 @@ class BM25:
         df = len(self.postings.get(lexeme, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
-    def scores(self, lexemes: Sequence[str]) -> dict[int, float]:
-        """Score of every chunk holding at least one of the lexemes (others score nothing and are not ranked)."""
+    def candidates(self, lexemes: Sequence[str], chunk_ids: Sequence[str]) -> set[int] | None:
+        """The chunks full text scores, as ``hybrid_search_chunks`` finds them in the postings (None: every chunk
+        holding a lexeme, when no limit is set). The question's lexemes rarest first (df, then byte order) while
+        their postings together stay within ``postings_limit``: every chunk holding one of them; when even the
+        rarest has more postings than that, its first ``postings_limit`` chunks by chunk id."""
+        if self.postings_limit is None:
+            return None
+        known = sorted((len(self.postings[t]), t) for t in set(lexemes) if self.postings.get(t))
+        chosen: list[str] = []
+        read = 0
+        for df, lexeme in known:
+            if read + df > self.postings_limit:
+                break
+            chosen.append(lexeme)
+            read += df
+        if chosen:
+            return {index for lexeme in chosen for index, _ in self.postings[lexeme]}
+        if known:
+            holders = sorted((index for index, _ in self.postings[known[0][1]]), key=lambda i: chunk_ids[i])
+            return set(holders[: self.postings_limit])
+        return set()
+
+    def scores(self, lexemes: Sequence[str], only: set[int] | None = None) -> dict[int, float]:
+        """Score of every chunk holding at least one of the lexemes (others score nothing and are not ranked), or of
+        the chunks in ``only``: each summed over all the lexemes."""
         scores: dict[int, float] = {}
         k1, b, avgdl = self.k1, self.b, self.avgdl or 1.0
         for lexeme in sorted(set(lexemes)):
             idf = self.idf(lexeme)
             for index, tf in self.postings.get(lexeme, ()):
+                if only is not None and index not in only:
+                    continue
                 norm = k1 * (1.0 - b + b * self.lengths[index] / avgdl)
                 scores[index] = scores.get(index, 0.0) + idf * (tf * (k1 + 1.0)) / (tf + norm)
         return scores
 
 
 def text_ranking(bm25: BM25, lexemes: Sequence[str], chunk_ids: Sequence[str], depth: int) -> list[int]:
-    """The top ``depth`` chunks by BM25, ties by chunk id."""
-    scores = bm25.scores(lexemes)
+    """The top ``depth`` chunks by BM25 among its candidates (``BM25.candidates``), ties by chunk id."""
+    scores = bm25.scores(lexemes, bm25.candidates(lexemes, chunk_ids))
     ranked = sorted(scores, key=lambda i: (-scores[i], chunk_ids[i]))
     return ranked[:depth]
 
