@@ -135,7 +135,15 @@ def test_retrieval_specs_parse_and_refuse():
     assert parse_retrieval("hybrid:rrf_k=60:assemble=off") == Retrieval("hybrid", assemble=False, rrf_k=60)
     assert parse_retrieval(None) == Retrieval()
     assert [r.label for r in split_retrievals("vector, hybrid:rrf_k=60")] == ["vector", "hybrid:rrf_k=60"]
-    settings = {"k1": 1.2, "b": 0.75, "rrf_k": 10, "candidates": 50, "hits_per_passage": 4, "passage_chunks": 1.5}
+    settings = {
+        "k1": 1.2,
+        "b": 0.75,
+        "rrf_k": 10,
+        "candidates": 50,
+        "hits_per_passage": 4,
+        "passage_chunks": 1.5,
+        "postings_limit": 1000,
+    }
     resolved = Retrieval("hybrid").resolved(settings)
     assert resolved.label == "hybrid" and resolved.rrf_k == 10
     with pytest.raises(InputError, match="assemble=on or assemble=off"):
