@@ -263,6 +263,8 @@ ROWS = [
     row("query-log", "--sample-rate", "query-log --sample-rate {}", number(zero=WRITE)),
     row("query-log", "--retention", "query-log --retention {}", named(USAGE, zero=WRITE)),
     row("query-log", "--format", "query-log --format {}", choice()),
+    row("query-log", "--max-rows", "query-log --max-rows {}", number()),
+    row("query-log", "--max-per-minute", "query-log --max-per-minute {}", number()),
     # retire (--dry-run: reads only)
     row("retire", "--older-than", "retire --dry-run --older-than {}", named(USAGE, zero=READ)),
     row("retire", "--version", "retire --dry-run --version {}", number()),
@@ -297,6 +299,7 @@ ROWS = [
     row("shadow", "--queries", "shadow --version 2 --queries {}", path(USAGE)),
     # the query log is empty: a legal --since finds nothing to replay
     row("shadow", "--since", "shadow --version 2 --from-log --since {}", named(USAGE, zero=REFUSED)),
+    row("shadow", "--max-questions", "shadow --version 2 --from-log --max-questions {}", number()),
     # a tenant without documents has nothing to compare: refused (it printed blanks and exit 0)
     row("shadow", "--tenant", "shadow --version 2 --queries {queries} --tenant {}", named(REFUSED)),
     row("shadow", "-k", "shadow --version 2 --queries {queries} -k {}", number()),
@@ -312,6 +315,7 @@ ROWS = [
     row("tenant revoke", "login", ["tenant", "revoke", V, "acme"], named(REFUSED, negative=USAGE)),
     row("tenant revoke", "tenants", ["tenant", "revoke", "matrix_reader", V], named(WRITE, negative=USAGE)),
     row("tenant list", "--format", "tenant list --format {}", choice()),
+    row("tenant relink", "--format", "tenant relink --format {}", choice()),
     # verify (a run records an evaluation: legal values write)
     row("verify", "--model", "verify --queries {queries} --model {}", NOT_A_MODEL),
     row("verify", "--chunker", "verify --queries {queries} --model h --chunker {}", named(REFUSED)),

@@ -257,7 +257,7 @@ def test_plot_and_table_output(seed_files, tmp_path):
     [
         ({"--configs": "fixed:200:0,chapters:400:0"}, "unknown strategy 'chapters'"),
         ({"--configs": "fixed:200:300"}, "overlap 300 ≥ size 200"),
-        ({"--queries": "missing.jsonl"}, "Cannot read the query file"),
+        ({"--queries": "missing.jsonl"}, "cannot be read"),
         ({"--model": "nosuch:model"}, "Unknown embedding provider"),
         ({"-k": "0"}, None),  # click's own range check (exit code 2)
         ({"--retrieval": "fuzzy"}, "Unknown retrieval mode 'fuzzy'; use one of vector, hybrid, text."),

@@ -140,7 +140,7 @@ def ranks(conn, queries, **options) -> list[int | None]:
 
 
 def test_hybrid_finds_identifiers_that_vector_only_misses(corpus):
-    vector_only = ranks(corpus, IDENTIFIER_QUERIES)
+    vector_only = ranks(corpus, IDENTIFIER_QUERIES, retrieval="vector")
     hybrid = ranks(corpus, IDENTIFIER_QUERIES, hybrid=True)
     assert hybrid == [1] * len(IDENTIFIER_QUERIES), hybrid
     # e5 reads digits well enough to rank most codes first; it still confuses permutations of the same
@@ -149,7 +149,7 @@ def test_hybrid_finds_identifiers_that_vector_only_misses(corpus):
 
 
 def test_vector_only_keeps_winning_on_paraphrased_questions(corpus):
-    vector_only = ranks(corpus, PARAPHRASE_QUERIES)
+    vector_only = ranks(corpus, PARAPHRASE_QUERIES, retrieval="vector")
     hybrid = ranks(corpus, PARAPHRASE_QUERIES, hybrid=True)
     assert None not in vector_only and None not in hybrid, (vector_only, hybrid)
     # Words shared by chance ("extra", "get") pull unrelated chunks up in hybrid, never the other way.

@@ -154,7 +154,6 @@ def questions_from_log(
 
     if not isinstance(max_questions, int) or isinstance(max_questions, bool) or not 1 <= max_questions <= 100_000:
         raise InputError(f"--max-questions must be a whole number from 1 to 100,000, not {max_questions!r}.")
-    prune_if_permitted(conn)
     start = datetime.now(UTC) - since
     with translate_errors(), conn.transaction():
         rows = conn.execute(
@@ -165,6 +164,8 @@ def questions_from_log(
             f"The query log holds no questions from the last {since}. Turn it on (toolkit query-log --sample-rate "
             "0.1) and let traffic arrive, or replay a file with --queries."
         )
+    # Housekeeping once the replay has its questions (a refused replay leaves the database as it was).
+    prune_if_permitted(conn)
     return [Question(t, q) for t, q in dict.fromkeys(rows)]
 
 

@@ -274,3 +274,26 @@ def query_vector(vector, dimensions: int | None = None):
     if problem is not None:
         raise InputError(f"The query vector {problem[1]}; nothing was searched. Pass the embedding of a question.")
     return array
+
+
+def parse_options(pairs) -> dict:
+    """``KEY=VALUE`` strings into provider options: true/false, integers and numbers are converted."""
+    options = {}
+    for pair in pairs:
+        parsed = key_value(pair)
+        if parsed is None:
+            raise InputError(f"The option {pair!r} is not KEY=VALUE; write e.g. --option timeout=30.")
+        key, value = parsed
+        lowered = value.strip().lower()
+        if lowered in ("true", "false"):
+            options[key] = lowered == "true"
+            continue
+        for kind in (int, float):
+            try:
+                options[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            options[key] = value
+    return options

@@ -206,7 +206,7 @@ def split_ref_options(ref: str) -> tuple[str, dict]:
         pairs.insert(0, parts.pop().strip())
     if not pairs:
         return ref, {}
-    from toolkit.store.models import parse_options  # one reading of KEY=VALUE for --option and references
+    from toolkit.validation import parse_options  # one reading of KEY=VALUE for --option and references
 
     return ":".join(parts), parse_options(pairs)
 

@@ -143,27 +143,8 @@ def list_models(conn: psycopg.Connection) -> list[Model]:
     return [Model(*row) for row in rows]
 
 
-def parse_options(pairs) -> dict:
-    """``KEY=VALUE`` strings into provider options: true/false, integers and numbers are converted."""
-    options = {}
-    for pair in pairs:
-        parsed = validation.key_value(pair)
-        if parsed is None:
-            raise InputError(f"The option {pair!r} is not KEY=VALUE; write e.g. --option timeout=30.")
-        key, value = parsed
-        lowered = value.strip().lower()
-        if lowered in ("true", "false"):
-            options[key] = lowered == "true"
-            continue
-        for kind in (int, float):
-            try:
-                options[key] = kind(value)
-                break
-            except ValueError:
-                continue
-        else:
-            options[key] = value
-    return options
+# One reading of KEY=VALUE for --option and model references (toolkit.validation owns it).
+parse_options = validation.parse_options
 
 
 def embedder_for_model(model: Model, dimensions: int | None = None, **options):
