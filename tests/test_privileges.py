@@ -104,6 +104,7 @@ EVERYONE = {
     "_search_tenant",
     "_search_filter_texts",
     "_search_filters",
+    "_search_filter_values",
     "_check_k",
     "_version_gone",
     "lexical_settings",

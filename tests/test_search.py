@@ -370,6 +370,54 @@ def test_the_executed_plan_uses_the_versions_hnsw_index(conn, make_model, storag
     assert f"chunks_v{v}_embedding_idx" in small_plan or f"chunks_v{v}_doc_idx" in small_plan
 
 
+# Each filter keeps every row (the index stays the best plan; a selective filter may rightly pick another path).
+FILTER_VALUES = {
+    "doc_id": [f"doc-{i}" for i in range(10)],
+    "doc_id_prefix": ["doc-"],
+    "heading_prefix": [],
+    "updated_after": "2000-01-01",
+    "updated_before": "2100-01-01",
+    "labels": ["hr"],
+}
+
+
+def test_every_filter_combination_keeps_the_hnsw_index_scan(conn, make_model):
+    """Each search writes its optional filters statically (`($5 IS NULL OR ...)`): for all 64 combinations of the
+    six filters, in search_chunks and in the default search_passages, the statement is planned with its values, so
+    an unset filter folds away (no `IS NULL` test and no condition of it is left in the plan) and the vector half
+    reads the version's HNSW index. heading_prefix is the exception the planner makes on its own: it estimates an
+    array-slice comparison as selective (0.5 % of rows) and takes the exact path instead, with or without the other
+    filters, as it did when the conditions were spliced in."""
+    make_model("r", 16, model_name="16")
+    v = versions.create_version(conn, "r", "fixed:10:0", "fixed:10:0@1")
+    fill_version(conn, v, 16, {"big": 3000}, labels=[["hr"]])
+    activate(conn, v)
+    notices = plans(conn)
+    q = np.random.default_rng(5).standard_normal(16).astype(np.float32)
+    names = sorted(FILTER_VALUES)
+    conditions = {"doc_id": "doc_id = ANY", "doc_id_prefix": "starts_with(", "heading_prefix": "heading_path[1:"}
+    checked = 0
+    for n in range(64):
+        filters = {name: FILTER_VALUES[name] for bit, name in enumerate(names) if n >> bit & 1}
+        for retrieval in ("vector", "passages"):
+            notices.clear()
+            hits = search.search(conn, q, "big", 10, filters=filters, retrieval=retrieval, principals=["hr"], log=False)
+            assert hits, filters
+            # The vector statement: the one ordering the version's rows by distance (<=>).
+            vector_plans = [plan for plan in chunk_plans(notices) if "<=>" in plan.split("Query Parameters")[0]]
+            assert vector_plans, (filters, retrieval, notices)
+            for plan in vector_plans:
+                executed = plan.split("Query Parameters")[-1]
+                assert "IS NULL" not in executed, (filters, retrieval, plan)
+                for name, marker in conditions.items():
+                    if name not in filters:
+                        assert marker not in executed, (name, filters, retrieval, plan)
+                if "heading_prefix" not in filters:
+                    assert f"Index Scan using chunks_v{v}_embedding_idx" in plan, (filters, retrieval, plan)
+                    checked += 1
+    assert checked >= 64  # 32 combinations without heading_prefix, two retrievals
+
+
 # -- small-to-big ------------------------------------------------------------------------------------------
 
 

@@ -133,22 +133,3 @@ def test_the_cli_lookup_accepts_what_the_sql_routine_accepts(conn, make_model):
     assert resolve_version(conn, "m", action="verify") == version
     with pytest.raises(Exception, match="no version action is called 'deploy'"):
         conn.execute("SELECT toolkit.version_states('deploy')")
-
-
-def test_every_filtered_search_passes_the_filters_where_search_filters_numbers_them():
-    """_search_filters writes its condition with $5 … $10; each search that splices that condition into its
-    EXECUTE must pass the six filter values in those positions, after exactly four others."""
-    filters = "f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels"
-    numbered = (ROOT / "sql/idempotent/005-search.sql").read_text()
-    body = numbered[numbered.index("FUNCTION toolkit._search_filters(") :]
-    body = body[: body.index("$$;")]
-    assert re.findall(r"\$(\d+)", body.split("BEGIN", 1)[1]) == ["5", "6", "7", "7", "8", "9", "10"]
-    splices = 0
-    for path in tracked("sql/idempotent/*.sql"):
-        text = path.read_text()
-        for match in re.finditer(r"f\.clause", text):
-            splices += 1
-            using = text[match.end() : text.index(";", text.index("USING ", match.end()))]
-            arguments = " ".join(using[using.index("USING ") + 6 :].split())
-            assert arguments.split(", ")[4:10] == filters.split(", "), f"{path.name}: USING {arguments}"
-    assert splices >= 2

@@ -211,16 +211,16 @@ BEGIN
 END
 $$;
 
--- Parses a search's filters (a jsonb object) into typed values and the SQL condition that applies them.
-CREATE OR REPLACE FUNCTION toolkit._search_filters(
+-- Parses a search's filters (a jsonb object) into typed values (NULL: not filtered). Each search writes its own
+-- conditions statically, `($n IS NULL OR ...)`, so an unset filter folds away when the statement is planned.
+CREATE OR REPLACE FUNCTION toolkit._search_filter_values(
     filters jsonb,
     OUT doc_ids text[],
     OUT doc_id_prefixes text[],
     OUT heading_prefix text[],
     OUT updated_after timestamptz,
     OUT updated_before timestamptz,
-    OUT labels text[],
-    OUT clause text
+    OUT labels text[]
 )
 LANGUAGE plpgsql
 STABLE
@@ -230,7 +230,6 @@ AS $$
 DECLARE
     filter_name text;
 BEGIN
-    clause := '';
     IF filters IS NULL OR jsonb_typeof(filters) = 'null' THEN
         RETURN;
     END IF;
@@ -257,6 +256,33 @@ BEGIN
     -- A malformed timestamp raises invalid_datetime_format (22007) naming the bad value.
     updated_after := (filters ->> 'updated_after')::timestamptz;
     updated_before := (filters ->> 'updated_before')::timestamptz;
+
+END
+$$;
+
+-- The release 0004 form (values and the condition text, numbered $5 .. $10), kept unchanged for a search of that
+-- release still running when an upgrade commits (its body asks for the condition); this release's searches call
+-- _search_filter_values, which parses the filters for both.
+CREATE OR REPLACE FUNCTION toolkit._search_filters(
+    filters jsonb,
+    OUT doc_ids text[],
+    OUT doc_id_prefixes text[],
+    OUT heading_prefix text[],
+    OUT updated_after timestamptz,
+    OUT updated_before timestamptz,
+    OUT labels text[],
+    OUT clause text
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    SELECT v.doc_ids, v.doc_id_prefixes, v.heading_prefix, v.updated_after, v.updated_before, v.labels
+    INTO doc_ids, doc_id_prefixes, heading_prefix, updated_after, updated_before, labels
+    FROM toolkit._search_filter_values(filters) AS v;
+    clause := '';
 
     -- The parameter numbers are those every search function passes to EXECUTE ... USING.
     IF doc_ids IS NOT NULL THEN
@@ -322,7 +348,7 @@ BEGIN
     END IF;
     PERFORM toolkit._check_k(k);
     SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
-    f := toolkit._search_filters(filters);
+    f := toolkit._search_filter_values(filters);
     -- relaxed_order may return rows slightly out of order: the outer query sorts them again. Ties in distance
     -- are broken by chunk id inside the LIMIT too (an incremental sort above the index scan), so which of
     -- several equally distant rows make the k is decided, not left to the scan.
@@ -332,10 +358,18 @@ BEGIN
             ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id, h.doc_id,'
             ' h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11, h.pages'
             ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-            '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%4$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent%3$s ORDER BY %1$s, c.chunk_id LIMIT $2) AS h'
+            '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%3$I AS c'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent'
+            '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
+            '   AND ($6::text[] IS NULL'
+            '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
+            '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
+            '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
+            '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
+            '   AND ($10::text[] IS NULL OR c.access_labels && $10)'
+            '  ORDER BY %1$s, c.chunk_id LIMIT $2) AS h'
             ' ORDER BY h.distance, h.chunk_id',
-            target.distance_sql, target.distance, f.clause, target.chunk_table)
+            target.distance_sql, target.distance, target.chunk_table)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             target.model_alias;

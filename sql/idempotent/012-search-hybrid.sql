@@ -84,7 +84,7 @@ BEGIN
     pool := greatest(coalesce(candidates, settings.candidates), k);
     SELECT * INTO target
     FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model, query_version);
-    f := toolkit._search_filters(filters);
+    f := toolkit._search_filter_values(filters);
     lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
     -- Full text: the tenant's statistics (N, total tokens and each lexeme's df: sums of term_stats_vN's rows the
@@ -131,10 +131,17 @@ BEGIN
     ELSE
         vector_sql := format(
             'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
-            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%3$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent%2$s'
+            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%2$I AS c'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent'
+            '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
+            '   AND ($6::text[] IS NULL'
+            '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
+            '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
+            '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
+            '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
+            '   AND ($10::text[] IS NULL OR c.access_labels && $10)'
             '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
-            target.distance_sql, f.clause, target.chunk_table);
+            target.distance_sql, target.chunk_table);
     END IF;
 
     -- BM25 of each candidate (narrowed by the filters on its chunk row) over all the question's lexemes: tf and dl
@@ -163,11 +170,19 @@ BEGIN
             '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' ORDER BY 1',
-            vector_sql, f.clause, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
-            CASE WHEN f.clause = '' THEN 'SELECT k.chunk_id FROM text_candidates AS k'
+            vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
+            -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
+            CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
+                    f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
                 ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN toolkit.%I AS c'
-                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent%s',
-                    target.chunk_table, f.clause) END)
+                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent'
+                    '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
+                    '   AND ($6::text[] IS NULL'
+                    '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
+                    '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
+                    '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
+                    '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
+                    '   AND ($10::text[] IS NULL OR c.access_labels && $10)', target.chunk_table) END)
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             lexemes, NULL::tsquery, fusion::float8, pool, target.model_alias, settings.k1, settings.b,

@@ -60,7 +60,15 @@ def restore_release(connection, revision: str, *, replaced: list[str], dropped_v
     function when the downgrade commits finishes with the helpers it calls still there. Only what the older release
     cannot replace is dropped: the functions in ``replaced`` (their signature or result changed; given with their
     argument types), the views in ``dropped_views`` and the model registry's trigger. Functions this release added
-    stay, unused, until the next upgrade replaces them."""
+    stay, unused, until the next upgrade replaces them, and keep their EXECUTE grants (the older release's grants
+    file revokes everything first): a reader inside one of this release's functions when the downgrade commits
+    may still call them."""
+    # The grants of this release's functions, to give back to those the older release does not define.
+    granted = connection.execute(
+        "SELECT p.proname, p.oid::regprocedure::text, r.rolname FROM pg_catalog.pg_proc AS p"
+        " CROSS JOIN unnest(ARRAY['toolkit_reader', 'toolkit_writer', 'toolkit_deployer']) AS r (rolname)"
+        " WHERE p.pronamespace = 'toolkit'::regnamespace AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')"
+    ).fetchall()
     connection.execute("SET LOCAL ROLE toolkit_owner")
     # The signatures name pgvector's types unqualified: resolve them where the extension is.
     saved = connection.execute(
@@ -73,6 +81,16 @@ def restore_release(connection, revision: str, *, replaced: list[str], dropped_v
         connection.execute(f"DROP FUNCTION IF EXISTS {function}")
     connection.execute("SELECT set_config('search_path', %s, true)", (saved,))
     connection.execute("RESET ROLE")
+    release_sql = ""
     for path in release_files(revision):
-        connection.execute(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        release_sql += text
+        connection.execute(text)
         connection.execute("RESET ROLE")
+    connection.execute("SET LOCAL ROLE toolkit_owner")
+    for name, signature, role in granted:
+        if f"toolkit.{name}(" not in release_sql and f"toolkit.{name}\n" not in release_sql:
+            exists = connection.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone()[0]
+            if exists:  # names and signatures come from the catalog, not from input
+                connection.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
+    connection.execute("RESET ROLE")
