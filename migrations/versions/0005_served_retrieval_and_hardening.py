@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL = ["007-roles-and-query-log-bounds.sql", "008-operations-settings.sql", "009-deletions.sql"]
+INCREMENTAL = ["006-roles-and-query-log-bounds.sql", "007-operations-settings.sql", "008-deletions.sql"]
 
 
 def upgrade() -> None:
@@ -26,7 +26,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     connection = op.get_bind().connection.driver_connection
     connection.execute("SET LOCAL ROLE toolkit_owner")
-    connection.execute("DROP TABLE IF EXISTS toolkit.settings")  # 008: the rollback window (a setting, no data)
+    connection.execute("DROP TABLE IF EXISTS toolkit.settings")  # 007: the rollback window (a setting, no data)
     connection.execute("RESET ROLE")
     # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
     # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).
