@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from support import ready_version
 
 from toolkit import cutover
@@ -65,9 +67,20 @@ def test_catalog_lints(conn, make_model):
             " WHERE c.relnamespace = 'toolkit'::regnamespace AND c.relkind = 'r'"
         )
     }
+    # each version's full-text postings and statistics: RLS enabled and forced, the chunk table's policies
+    postings = {name for name in tenant_tables if re.fullmatch(r"term(s|_stats)_v\d+", name)}
+    assert postings, tenant_tables
+    for name in postings:
+        row = conn.execute(
+            "SELECT relrowsecurity, relforcerowsecurity,"
+            " (SELECT array_agg(policyname ORDER BY policyname) FROM pg_policies WHERE schemaname = 'toolkit'"
+            "  AND tablename = %s) FROM pg_class WHERE oid = ('toolkit.' || %s)::regclass",
+            (name, name),
+        ).fetchone()
+        assert row == (True, True, ["access_labels", "service_access", "tenant_isolation"]), name
     # the bindings table holds tenants too, but is private (no role but the owner reads it) instead of per tenant;
     # so is the audit log of deletions (the owner and the deployer read it; no application may)
-    assert tenant_tables - {name for name, *_ in chunk_tables} == {
+    assert tenant_tables - {name for name, *_ in chunk_tables} - postings == {
         "documents",
         "query_log",
         "tenant_bindings",

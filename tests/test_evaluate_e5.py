@@ -45,10 +45,11 @@ def test_e5_through_toolkit_eval(tmp_path, database_url):
     assert report["model"] == "e5:multilingual-e5-small" and report["queries"] == 7
     rows = {row["spec"]: row for row in report["configs"]}
     for row in rows.values():
-        # One answer a query: an answer no chunk holds whole can never be a hit, whatever the model.
-        assert row["recall"] <= (row["answers"] - row["cut_answers"]) / row["answers"]
         assert row["retrieved_tokens"] > 0 and row["span_recall"] >= row["recall"]
-    assert rows["fixed:200:0:unit=chars"]["cut_answers"] == 3
+    # Three answers are cut by fixed windows; passages merge the touching windows again, so those answers are whole in
+    # what is handed over (the served retrieval): recall reaches past the share of answers no chunk cuts.
+    fixed = rows["fixed:200:0:unit=chars"]
+    assert fixed["cut_answers"] == 3 and fixed["recall"] > (fixed["answers"] - fixed["cut_answers"]) / fixed["answers"]
     # Sentence-aware chunks cut nothing, and e5 ranks the answering chunk first for every question.
     assert rows["sentence:200:1:unit=chars"]["hits_at"] == [7, 7]
     small_to_big = rows["sentence:1:0:unit=chars:parent=sentence,400,0,unit=chars"]

@@ -185,10 +185,10 @@ def test_durations_with_units_and_zero_are_read():
 
 
 def test_retiring_a_retired_version_is_refused_and_not_audited_again(served):
-    first = cli(served, "retire", "--version", "2")
+    first = cli(served, "retire", "--version", "2", "--yes")  # retire acts with --yes (a dry run otherwise)
     assert first.exit_code == 0, first.output
     audits = count(served, "SELECT count(*) FROM toolkit.cutovers")
-    for args in (["retire", "--version", "2"], ["retire", "--version", "2", "--dry-run"]):
+    for args in (["retire", "--version", "2", "--yes"], ["retire", "--version", "2", "--dry-run"]):
         again = cli(served, *args)
         assert again.exit_code == 1, again.output
         assert "Version 2 is retired; there is nothing to retire." in one_sentence(again.output)

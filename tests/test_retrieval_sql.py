@@ -428,6 +428,9 @@ def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, d
         f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
         " token_count) VALUES (%s, %s, %s, 0, 0, 16, 'alpha beta delta', 'h', 3)"
     )
+    # The postings' statistics alone: the registry's change record (version_rows_changed, which makes a verification
+    # stale) updates the version's row, so writers of a live version do queue there, once per transaction.
+    conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER version_rows_changed")
     with connect(database_url) as first, connect(database_url) as second:
         first.execute(insert, (TENANT, "one", "one.md"))
         assert first.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]

@@ -240,8 +240,11 @@ def test_a_search_that_waited_for_a_retirement_gets_the_retryable_sqlstate(
     try:
         waiting = None
         for _ in range(500):
+            # The version's tables (its chunks, or the full-text statistics the default search reads first).
             waiting = conn.execute(
-                "SELECT pid FROM pg_locks WHERE NOT granted AND relation = %s::regclass", (f"toolkit.chunks_v{first}",)
+                "SELECT l.pid FROM pg_locks AS l JOIN pg_class AS c ON c.oid = l.relation"
+                " WHERE NOT l.granted AND c.relname ~ %s",
+                (f"^(chunks|terms|term_stats)_v{first}$",),
             ).fetchone()
             if waiting or outcome:
                 break

@@ -146,14 +146,18 @@ def tenant_grant(login, tenants, allow_empty) -> None:
     from toolkit.store.tenants import bind_tenants
 
     def grant(conn):
-        empty = [] if allow_empty else tenants_without_documents(conn, tenants)
-        if empty:
-            raise InputError(
-                f"No document has the tenant {', '.join(map(repr, empty))}: a typo would bind {login} to nothing; "
-                "nothing was bound. Check the name (toolkit status), or pass --allow-empty to bind it before its "
-                "documents arrive."
-            )
-        return bind_tenants(conn, login, tenants)
+        # One transaction: SQL refuses a login that cannot be bound first (a group or toolkit role), then a tenant
+        # without documents undoes the binding.
+        with conn.transaction():
+            bound = bind_tenants(conn, login, tenants)
+            empty = [] if allow_empty else tenants_without_documents(conn, tenants)
+            if empty:
+                raise InputError(
+                    f"No document has the tenant {', '.join(map(repr, empty))}: a typo would bind {login} to "
+                    "nothing; nothing was bound. Check the name (toolkit status), or pass --allow-empty to bind it "
+                    "before its documents arrive."
+                )
+            return bound
 
     bound = in_database(grant)
     say(f"{login} is bound to {', '.join(bound)}: it sees no other tenant.")
