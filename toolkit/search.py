@@ -140,16 +140,9 @@ def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None =
     if isinstance(model, ServingModel):
         model = model.as_dict()
     registered = get_model(conn, model["model_alias"])
-    # Everything that makes the vectors (a process may serve several databases, or a model re-registered).
-    key = (
-        registered.alias,
-        registered.provider,
-        registered.model_name,
-        registered.revision,
-        registered.base_url,
-        repr(sorted((registered.options or {}).items())),
-        model["dimensions"],
-    )
+    # Everything the registry says of the model (prefixes, revision, options, server): a process may serve several
+    # databases, and a model may be registered again with other settings.
+    key = (repr(registered), model["dimensions"])
     with _embedders_lock:
         if key not in _embedders:
             _embedders[key] = embedder_for_model(registered, dimensions=model["dimensions"])
