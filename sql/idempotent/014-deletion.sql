@@ -5,7 +5,8 @@
 SET LOCAL ROLE toolkit_owner;
 
 -- Deletes documents of one tenant, their chunks in every live version, and the logged questions whose results cite
--- them; refuses unknown ids (nothing is deleted). A version that loses rows is marked changed (toolkit.touch_version):
+-- them; refuses unknown ids (nothing is deleted). A version that loses rows is marked changed (by the chunk tables'
+-- version_rows_changed trigger, as every change is):
 -- a verification older than the deletion no longer counts for an unforced cutover; serving is not affected.
 -- Definer: writes the query log and the audit log, which the writer may not write directly.
 CREATE OR REPLACE FUNCTION toolkit.delete_documents(
@@ -67,9 +68,6 @@ BEGIN
             EXECUTE format('DELETE FROM toolkit.%I WHERE tenant = $1 AND doc_id = ANY ($2)',
                 toolkit._version_table(v.version)) USING target, ids;
             GET DIAGNOSTICS n = ROW_COUNT;
-            IF n > 0 THEN
-                PERFORM toolkit.touch_version(v.version);
-            END IF;
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
         chunks := chunks || jsonb_build_object(v.version::text, n);
@@ -142,9 +140,6 @@ BEGIN
         ELSE
             EXECUTE format('DELETE FROM toolkit.%I WHERE tenant = $1', toolkit._version_table(v.version)) USING target;
             GET DIAGNOSTICS n = ROW_COUNT;
-            IF n > 0 THEN
-                PERFORM toolkit.touch_version(v.version);
-            END IF;
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
         chunks := chunks || jsonb_build_object(v.version::text, n);
