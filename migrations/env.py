@@ -80,8 +80,24 @@ def run_migrations_online() -> None:
 
     driver.add_notice_handler(on_notice)
     direction = _direction()
+    # toolkit migrate's progress line (per revision and per re-applied SQL file); alembic's own commands log instead.
+    progress = config.attributes.get("progress")
+
+    def on_version_apply(**kwargs) -> None:
+        if progress is not None:
+            progress.advance(1, step=f"revision {kwargs['step'].up_revision_id}")
+
+    def on_file(path) -> None:
+        if progress is not None:
+            progress.advance(1, step=path.name)
+
     try:
-        context.configure(connection=connection, version_table=VERSION_TABLE, transaction_per_migration=False)
+        context.configure(
+            connection=connection,
+            version_table=VERSION_TABLE,
+            transaction_per_migration=False,
+            on_version_apply=on_version_apply,
+        )
         if direction not in ("upgrade", "downgrade"):
             # alembic current, history, stamp…: alembic's own callback does the work.
             with context.begin_transaction():
@@ -103,7 +119,7 @@ def run_migrations_online() -> None:
             context.run_migrations()
             after = set(context.get_context().get_current_heads())
             if after == heads:
-                apply_idempotent(driver)
+                apply_idempotent(driver, on_file=on_file)
                 # Commands check the schema revision as whatever role they run as.
                 driver.execute(
                     f"GRANT SELECT ON public.{VERSION_TABLE} TO toolkit_reader, toolkit_writer, toolkit_deployer,"

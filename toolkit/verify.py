@@ -21,6 +21,7 @@ from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 from toolkit.evaluation.metrics import RetrievalMetrics
 from toolkit.evaluation.queries import load_queries
+from toolkit.progress import Progress
 
 # The chunking guide's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused
 # unless the caller says so (min_queries).
@@ -139,11 +140,16 @@ def query_set_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _embeddings(conn: psycopg.Connection, version: int, questions: list[str]) -> list[list[float]]:
+def _embeddings(conn: psycopg.Connection, version: int, questions: list[str], progress=None) -> list[list[float]]:
     from toolkit.search import query_embedder, version_model
 
     embedder = query_embedder(conn, version_model(conn, version))
-    return [[float(x) for x in embedder.embed_query(q)] for q in questions]
+    vectors = []
+    for question in questions:
+        vectors.append([float(x) for x in embedder.embed_query(question)])
+        if progress is not None:
+            progress.advance(1, version=version)
+    return vectors
 
 
 def _side(conn: psycopg.Connection, version: int, metrics: dict) -> Side:
@@ -164,6 +170,7 @@ def verify(
     min_recall: float | None = None,
     max_drop: float = 0.0,
     min_queries: int = MIN_QUERIES,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Scores the candidate (and the active version, if another one is active) in SQL, which applies the gate and
     stores the evaluation. With no other active version the gate needs ``min_recall``; a query set smaller than
@@ -193,11 +200,15 @@ def verify(
             f"No other version is active to compare version {candidate} with, so the gate needs an absolute floor: "
             "give --min-recall (the recall@k it must reach, e.g. 0.8)."
         )
-    for item, vector in zip(payload, _embeddings(conn, candidate, questions), strict=True):
+    # Progress in questions embedded (each version's model embeds every question), then SQL's scoring.
+    progress = progress or Progress("verify", unit="questions", quiet=True)
+    progress.set_total(len(questions) * (1 if baseline is None else 2))
+    for item, vector in zip(payload, _embeddings(conn, candidate, questions, progress), strict=True):
         item["embedding"] = vector
     if baseline is not None:
-        for item, vector in zip(payload, _embeddings(conn, baseline, questions), strict=True):
+        for item, vector in zip(payload, _embeddings(conn, baseline, questions, progress), strict=True):
             item["baseline_embedding"] = vector
+    progress.advance(0, now="searching and scoring in SQL")
     digest = query_set_hash(queries_path)
     with translate_errors(), conn.transaction():
         evaluation_id = conn.execute(
@@ -207,6 +218,8 @@ def verify(
         metrics, gate, passed = conn.execute(
             "SELECT metrics, gate, passed FROM toolkit.evaluations WHERE evaluation_id = %s", (evaluation_id,)
         ).fetchone()
+    progress.advance(0, now="scored")
+    progress.finish()
     cand = _side(conn, candidate, metrics["candidate"])
     base = _side(conn, baseline, metrics["baseline"]) if baseline is not None else None
     wins, losses = [], []

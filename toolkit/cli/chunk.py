@@ -45,7 +45,6 @@ def chunk(paths, embedder, no_pdf_cleaning, output_format, **options):
 
     A file that cannot be read is reported on stderr and skipped; the exit code is 1 if any was.
     """
-    import sys
 
     from toolkit.chunking.report import chunk_files
     from toolkit.progress import Progress
@@ -58,7 +57,7 @@ def chunk(paths, embedder, no_pdf_cleaning, output_format, **options):
         stats=out.stats,
         on_record=out.record,
         on_skipped=out.skipped,
-        progress=Progress("chunk", unit="files", quiet=not sys.stderr.isatty()),  # only on a terminal
+        progress=Progress("chunk", unit="files"),  # on a terminal only (toolkit.progress.shown)
         **options,
     )
     out.finish(report)
