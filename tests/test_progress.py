@@ -162,3 +162,87 @@ def test_the_line_is_redrawn_on_time_between_reports_and_ends_with_a_newline():
     progress.finish()
     output = stream.getvalue()
     assert output.count("\r\x1b[K") >= 3 and output.endswith("\n") and "1/3 documents (33%)" in output
+
+
+# --- every long command draws it on stderr (forced on: the tests' stderr is not a terminal) -----------------------
+
+LINE = re.compile(r"^(\w[\w ]*?|eval \S+: embedding): [\d,]+(/[\d,]+)? (\w+)( \(\d+%\))?, [\d.,]+ \3/(s|min), ")
+
+
+def _cli(url, *args, env=None):
+    result = CliRunner().invoke(main, ["--database-url", url, *args], env=env)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _progress_lines(stderr: str, label: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith(label) and LINE.match(line)]
+
+
+@pytest.fixture
+def lifecycle(database_url, tmp_path):
+    """Two hashing versions of the sample (v1 active, v2 a candidate) and 12 of its labelled questions."""
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join((SAMPLE / "queries.jsonl").read_text().splitlines(keepends=True)[:12]))
+    quiet = {"TOOLKIT_PROGRESS": "never"}
+    _cli(database_url, "model", "add", "h", "--provider", "hashing", "--name", "16", env=quiet)
+    _cli(database_url, "model", "add", "h2", "--provider", "hashing", "--name", "24", env=quiet)
+    _cli(database_url, "ingest", str(SAMPLE / "docs"), "--tenant", "acme", env=quiet)
+    _cli(database_url, "backfill", "--model", "h", "--chunker", "recursive:128:64", env=quiet)
+    _cli(database_url, "cutover", "--model", "h", "--force", env=quiet)
+    return database_url, queries
+
+
+VERIFY = "verify --model h2 --chunker recursive:128:64 --min-queries 5 --max-drop 1 --tenant acme --queries"
+SHADOW = "shadow --model h2 --chunker recursive:128:64 --tenant acme --queries"
+EVAL = "eval --configs fixed:200:0 --model hashing:16 --no-cache --corpus"
+
+
+def _commands(url, queries, tmp_path):
+    """(label, arguments) of each long command, in an order that leaves each one work to do."""
+    return [
+        ("ingest", ["ingest", str(SAMPLE / "docs"), "--tenant", "beta"]),
+        ("backfill", ["backfill", "--model", "h2", "--chunker", "recursive:128:64"]),
+        ("verify", [*VERIFY.split(), str(queries)]),
+        ("shadow", [*SHADOW.split(), str(queries)]),
+        ("eval", [*EVAL.split(), str(SAMPLE / "docs"), "--queries", str(queries)]),
+    ]
+
+
+UNITS = {"ingest": "documents", "backfill": "chunks", "verify": "questions", "shadow": "questions", "eval": "chunks"}
+
+
+def test_each_long_command_draws_progress_in_its_unit_on_stderr_and_none_under_quiet(lifecycle, tmp_path):
+    url, queries = lifecycle
+    for label, arguments in _commands(url, queries, tmp_path):
+        drawn = _cli(url, *arguments, "--format", "json", env={"TOOLKIT_PROGRESS": "always"})
+        json.loads(drawn.stdout)  # stdout is the JSON alone
+        lines = _progress_lines(drawn.stderr, label)
+        assert lines, (label, drawn.stderr)
+        assert LINE.match(lines[-1]).group(3) == UNITS[label], lines[-1]
+        assert "(100%)" in lines[-1] or label == "backfill", lines[-1]
+    backfilled = _progress_lines(_cli(url, "backfill", "--model", "h2", "--chunker", "fixed:64:0",
+                                      env={"TOOLKIT_PROGRESS": "always"}).stderr, "backfill")  # fmt: skip
+    assert re.search(r"backfill: [\d,]+ chunks \(100%\), .*documents 14/14", backfilled[-1]), backfilled
+    # --quiet (even when forced on) and a stderr that is not a terminal (nothing forced) draw nothing.
+    for label, arguments in _commands(url, queries, tmp_path):
+        for chunker, options, env in (("fixed:80:0", ["--quiet"], "always"), ("fixed:96:0", [], "")):
+            if label == "backfill":
+                arguments = ["backfill", "--model", "h2", "--chunker", chunker]
+            result = _cli(url, *arguments, *options, env={"TOOLKIT_PROGRESS": env})
+            assert not _progress_lines(result.stderr, label), (label, options, result.stderr)
+            assert label != "backfill" or "Version" in result.stdout  # it did the work
+
+
+def test_migrate_draws_a_step_per_revision_and_sql_file(empty_database_url):
+    migrated = _cli(empty_database_url, "migrate", env={"TOOLKIT_PROGRESS": "always"})
+    lines = _progress_lines(migrated.stderr, "migrate")
+    assert lines and re.match(r"migrate: \d+ steps, ", lines[-1]), migrated.stderr
+    from toolkit.db.migrate import revisions
+    from toolkit.db.sql_files import idempotent_files
+
+    assert f"migrate: {len(revisions()) + len(idempotent_files())} steps" in lines[-1]
+    downgraded = _cli(
+        empty_database_url, "migrate", "0004", "--downgrade", "--quiet", env={"TOOLKIT_PROGRESS": "always"}
+    )
+    assert not _progress_lines(downgraded.stderr, "migrate")

@@ -283,7 +283,9 @@ def _write_batch(conn, run: _Run) -> bool:
             chunks = target.chunker.chunk(text, doc_id=doc_id)
             children = [chunk for chunk in chunks if not chunk.is_parent]
             counts = embedder.count_chunk_tokens(children)
-            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, len(text), pages))
+            # Bytes as toolkit.version_pending_documents counts them (octet_length): progress's share of the total.
+            size = len(text.encode("utf-8"))
+            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, size, pages))
         stages["chunk"] = time.perf_counter() - mark
         # Whole documents within --max-cost: the rest stay pending (their locks go with this transaction).
         taken, tokens = [], 0

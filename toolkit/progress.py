@@ -163,7 +163,7 @@ class Progress:
                 text += f" ({100 * min(share, 1.0):.0f}%)"
             items, _ = self._rate(now)
             text += f", {_rate(items, self.unit)}, {_duration(now - self.started)}"
-            eta = self._eta(now)
+            eta = None if self._finished.is_set() else self._eta(now)
             if eta is not None and share is not None and share < 1:
                 text += f", ETA {_duration(max(0.0, eta))}"
             for key, value in self.extra.items():

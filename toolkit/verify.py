@@ -148,7 +148,7 @@ def _embeddings(conn: psycopg.Connection, version: int, questions: list[str], pr
     for question in questions:
         vectors.append([float(x) for x in embedder.embed_query(question)])
         if progress is not None:
-            progress.advance(1, version=version)
+            progress.advance(1)
     return vectors
 
 
