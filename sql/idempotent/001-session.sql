@@ -60,6 +60,19 @@ BEGIN
 END
 $$;
 
+-- The tenants the session's login is bound to (toolkit tenant grant), or NULL when it is unbound and chooses its
+-- tenant. A login learns only its own binding, never which other tenants exist.
+-- Definer: reads the bindings through _session_binding, which only the owner may call.
+CREATE OR REPLACE FUNCTION toolkit.bound_tenants()
+RETURNS text[]
+LANGUAGE sql
+STABLE PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT toolkit._session_binding()
+$$;
+
 -- Returns the tenant set for this transaction (or session); NULL when none is set, or when the login is bound to
 -- other tenants (toolkit tenant grant): a bound login then sees no rows, whatever it set.
 -- Definer: reads the bindings through _session_binding, which only the owner may call.
@@ -108,7 +121,10 @@ AS $$
     SELECT coalesce(nullif(current_setting('toolkit.principals', true), '')::text[], '{}'::text[])
 $$;
 
--- Sets the tenant for the current transaction only (safe behind connection poolers).
+-- Sets the tenant for the current transaction only (safe behind connection poolers). A login bound to tenants
+-- (toolkit tenant grant) that names another one is refused, naming its binding: it would see no rows (the
+-- policies hide them), and an empty answer is not how a misconfiguration should show. Setting toolkit.tenant by
+-- hand instead of through this function still shows it no rows.
 CREATE OR REPLACE FUNCTION toolkit.set_tenant(tenant text)
 RETURNS text
 LANGUAGE plpgsql
@@ -116,11 +132,21 @@ VOLATILE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    bound text[];
 BEGIN
     IF tenant IS NULL OR tenant = '' THEN
         RAISE EXCEPTION 'the tenant must be a non-empty string'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Call toolkit.set_tenant(''your-tenant'') inside the transaction that queries.';
+    END IF;
+    bound := toolkit.bound_tenants();
+    IF bound IS NOT NULL AND NOT tenant = ANY (bound) THEN
+        RAISE EXCEPTION 'login % is bound to tenant % (toolkit tenant grant), so it cannot set tenant %',
+            session_user, array_to_string(bound, ', '), quote_literal(tenant)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Set one of the tenants it is bound to, or have the DBA bind it to this one as well '
+                      '(toolkit tenant grant LOGIN TENANT).';
     END IF;
     RETURN set_config('toolkit.tenant', tenant, true);
 END

@@ -31,6 +31,7 @@ GRANT EXECUTE ON FUNCTION
 toolkit.current_tenant,
 toolkit.current_principals,
 toolkit.set_tenant,
+toolkit.bound_tenants,
 toolkit.set_principals,
 toolkit._is_service_role,
 toolkit.active_version,
