@@ -106,6 +106,7 @@ EVERYONE = {
     "_search_filter_texts",
     "_search_filters",
     "_search_filter_values",
+    "_heading_filter_unmatchable",
     "_check_k",
     "_version_gone",
     "lexical_settings",

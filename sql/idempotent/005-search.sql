@@ -260,6 +260,34 @@ BEGIN
 END
 $$;
 
+-- Called by a search with a heading_prefix filter that found nothing: when none of the tenant's chunks in the
+-- version has a heading path (its chunker records none: fixed, sentence, recursive, semantic…), the filter could
+-- never match, and an empty answer would hide the mistake; raise, naming the version and its chunker. Asked only
+-- after an empty filtered search, so no other search pays for it.
+CREATE OR REPLACE FUNCTION toolkit._heading_filter_unmatchable(version integer, chunk_table text, tenant text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    any_heading boolean;
+BEGIN
+    EXECUTE format(
+        'SELECT EXISTS (SELECT FROM toolkit.%I AS c WHERE c.tenant = $1 AND cardinality(c.heading_path) > 0)',
+        chunk_table)
+    INTO any_heading USING tenant;
+    IF NOT any_heading THEN
+        RAISE EXCEPTION 'version % (chunker %) stores no heading paths for tenant %, so heading_prefix matches nothing',
+            version, (SELECT m.chunker_version FROM toolkit.version_model(version) AS m), quote_literal(tenant)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Search without heading_prefix, or search a version built with a chunker that records '
+                      'headings (markdown, html, code).';
+    END IF;
+END
+$$;
+
 -- The release 0004 form (values and the condition text, numbered $5 .. $10), kept unchanged for a search of that
 -- release still running when an upgrade commits (its body asks for the condition); this release's searches call
 -- _search_filter_values, which parses the filters for both.
@@ -373,6 +401,9 @@ BEGIN
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             target.model_alias;
+        IF NOT FOUND AND f.heading_prefix IS NOT NULL THEN
+            PERFORM toolkit._heading_filter_unmatchable(target.version, target.chunk_table, tenant);
+        END IF;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;
