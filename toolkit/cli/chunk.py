@@ -24,7 +24,12 @@ from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
     type=Number(OVERLAP_TOKENS),
     help="Overlap in tokens (default: a tenth of the size, at most 40), or in sentences (default 1).",
 )
-@click.option("--embedder", metavar="REF", help="Embedder for the semantic and cluster strategies, e.g. hashing:64.")
+@click.option(
+    "--embedder",
+    metavar="REF",
+    help="Embedder for the semantic and cluster strategies, e.g. hashing:64; with any strategy, chunks over its "
+    "input limit are split again, as a version of that model holds them.",
+)
 @click.option("--clean-pdf-text", is_flag=True, help="Clean PDF-extracted .txt files first (see docs).")
 @click.option(
     "--no-pdf-cleaning",
