@@ -249,6 +249,24 @@ def test_plot_and_table_output(seed_files, tmp_path):
     assert "frontier, not a winner" in result.stdout
 
 
+def test_the_plot_labels_each_point_by_chunker_and_retrieval(seed_files, tmp_path, monkeypatch):
+    """Two retrievals of one chunker are two points: labelled by the chunker alone they could not be told apart."""
+    from matplotlib.axes import Axes
+
+    labels = []
+    annotate = Axes.annotate
+    monkeypatch.setattr(
+        Axes, "annotate", lambda self, text, *a, **kw: labels.append(text) or annotate(self, text, *a, **kw)
+    )
+    corpus, queries = seed_files
+    result = run(
+        "--corpus", str(corpus), "--queries", str(queries), "--model", "hashing:64", "--no-cache",
+        "--plot", str(tmp_path / "frontier.png"), "--configs", "fixed:200:0:unit=chars", "--retrieval", "vector,text",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(labels) == ["fixed:200:0:unit=chars [text]", "fixed:200:0:unit=chars [vector]"]
+
+
 # -- errors: exit code 1, a sentence, no traceback -------------------------------------------------------------
 
 
