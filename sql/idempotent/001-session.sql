@@ -140,11 +140,8 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Call toolkit.set_tenant(''your-tenant'') inside the transaction that queries.';
     END IF;
-    -- The binding is read from toolkit.tenant_bindings. A migration locks the views first, then the tables
-    -- (toolkit.db.migration_locks); a transaction whose first lock were this table would hold it while its search
-    -- waits behind a migration holding the views, and the migration would never get the table. So the view comes
-    -- first here too, as in every reader's search.
-    LOCK TABLE toolkit.active_chunks IN ACCESS SHARE MODE;
+    -- Reads toolkit.tenant_bindings: the first lock of a reader's transaction, which is why a migration takes that
+    -- table's lock before the views' (toolkit.db.migration_locks).
     bound := toolkit.bound_tenants();
     IF bound IS NOT NULL AND NOT tenant = ANY (bound) THEN
         RAISE EXCEPTION 'login % is bound to tenant % (toolkit tenant grant), so it cannot set tenant %',
