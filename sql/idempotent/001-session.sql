@@ -124,12 +124,15 @@ $$;
 -- Sets the tenant for the current transaction only (safe behind connection poolers). A login bound to tenants
 -- (toolkit tenant grant) that names another one is refused, naming its binding: it would see no rows (the
 -- policies hide them), and an empty answer is not how a misconfiguration should show. Setting toolkit.tenant by
--- hand instead of through this function still shows it no rows.
+-- hand instead of through this function still shows it no rows. Its first lock in a reader's transaction is
+-- toolkit.tenant_bindings, which is why a migration locks that table before the views.
+-- Definer: reads toolkit.tenant_bindings (owner only), one indexed lookup inline (every search calls this); a
+-- binding that cannot hold is reported as the reads report it (_session_binding fails closed).
 CREATE OR REPLACE FUNCTION toolkit.set_tenant(tenant text)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -140,10 +143,13 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Call toolkit.set_tenant(''your-tenant'') inside the transaction that queries.';
     END IF;
-    -- Reads toolkit.tenant_bindings: the first lock of a reader's transaction, which is why a migration takes that
-    -- table's lock before the views' (toolkit.db.migration_locks).
-    bound := toolkit.bound_tenants();
-    IF bound IS NOT NULL AND NOT tenant = ANY (bound) THEN
+    bound := ARRAY(
+        SELECT b.tenant FROM toolkit.tenant_bindings AS b
+        WHERE b.login_oid = (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user)
+        ORDER BY 1
+    );
+    IF cardinality(bound) > 0 AND NOT tenant = ANY (bound) THEN
+        PERFORM toolkit._session_binding();  -- a binding that can no longer hold says so first, as on every read
         RAISE EXCEPTION 'login % is bound to tenant % (toolkit tenant grant), so it cannot set tenant %',
             session_user, array_to_string(bound, ', '), quote_literal(tenant)
             USING ERRCODE = 'invalid_parameter_value',
