@@ -5,7 +5,6 @@ versions past the rollback window."""
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
@@ -16,6 +15,8 @@ from psycopg import errors as pg_errors
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.store.chunk_table import version_table
+from toolkit.store.versions import resolve_version
+from toolkit.validation import parse_duration
 
 # What a cutover, rollback or retirement must lock besides the toolkit's own (private) lock tables.
 _SWAPPED = ("toolkit.active_chunks", "toolkit.live_chunks")
@@ -182,91 +183,6 @@ def check_retirable(conn: psycopg.Connection, version: int) -> None:
         raise InputError(f"There is no version {version}. Run toolkit status to list them.")
     if not retirable and state != "active":  # SQL words the active version's refusal itself
         raise InputError(f"Version {version} is {state}; there is nothing to retire.")
-
-
-def resolve_version(
-    conn: psycopg.Connection,
-    model_alias: str | None = None,
-    chunker_spec: str | None = None,
-    version: int | None = None,
-    *,
-    action: str,
-) -> int:
-    """The one version for a model (and chunker) in a state SQL accepts for the action
-    (``toolkit.version_states(action)``: activate, canary, shadow, verify, retire), or the version given by number."""
-    if version is not None and (model_alias or chunker_spec):
-        raise InputError(
-            f"Name the version one way: --version {version}, or --model (and --chunker), not both; they could "
-            "name different versions."
-        )
-    if version is not None:
-        with conn.transaction():
-            row = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
-        if row is None:
-            raise InputError(f"There is no version {version}. Run toolkit status to list them.")
-        return version
-    if not model_alias:
-        raise InputError("Name the version: --model ALIAS (and --chunker SPEC if it has several), or --version N.")
-    query = (
-        "SELECT version, chunker_spec FROM toolkit.versions"
-        " WHERE model_alias = %s AND state = ANY (toolkit.version_states(%s))"
-    )
-    params: list = [model_alias, action]
-    if chunker_spec:
-        from toolkit.chunking import get_chunker
-
-        query += " AND chunker_version = %s"
-        params.append(get_chunker(chunker_spec).version)
-    with conn.transaction():
-        rows = conn.execute(query + " ORDER BY version", params).fetchall()
-    if not rows:
-        with conn.transaction():  # only to say which states were looked for
-            states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
-            known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
-            others = conn.execute(
-                "SELECT version, state FROM toolkit.versions WHERE model_alias = %s AND state <> 'retired'"
-                " ORDER BY version",
-                (model_alias,),
-            ).fetchall()
-        if known is None:
-            raise InputError(
-                f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
-                "ones."
-            )
-        has = f" (it has {', '.join(f'version {v} {state}' for v, state in others)})" if others else ""
-        building = any(state == "building" for _, state in others)
-        raise InputError(
-            f"No {'/'.join(states)} version uses the model {model_alias!r}"
-            + (f" with chunker {chunker_spec}" if chunker_spec else "")
-            + has
-            + (
-                ". A building version is not complete: finish it with toolkit backfill (it resumes)."
-                if building
-                else ". Build one with toolkit backfill, or check toolkit status."
-            )
-        )
-    if len(rows) > 1:
-        listing = ", ".join(f"{v} ({spec})" for v, spec in rows)
-        raise InputError(
-            f"The model {model_alias!r} has several versions: {listing}. Pick one with --chunker or --version."
-        )
-    return rows[0][0]
-
-
-def parse_duration(text: str) -> timedelta:
-    """'7d', '12h', '30m', '45s', '0' → a timedelta. A number needs its unit (only 0 goes without): a bare 30 read as
-    seconds made ``--retention 30`` keep questions 30 seconds and ``retire --older-than 7`` retire every standby."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text or "")
-    if not match:
-        raise InputError(f"{text!r} is not a duration; write e.g. 7d, 12h, 30m or 0.")
-    value, unit = float(match.group(1)), match.group(2)
-    if not unit and value != 0:
-        number = match.group(1)
-        raise InputError(
-            f"{text!r} has no unit; say {number}d, {number}h, {number}m or {number}s (only 0 goes without one)."
-        )
-    unit = unit or "s"
-    return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
 
 
 def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:

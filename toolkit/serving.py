@@ -167,7 +167,7 @@ def change_canary(
         return CanaryChange("ended", None, end_canary(conn, reason=reason))
     if percent is None and tenants is None:
         return CanaryChange("shown", canary_status(conn))
-    from toolkit.cutover import resolve_version
+    from toolkit.store.versions import resolve_version
 
     target = resolve_version(conn, model_alias, chunker_spec, version, action="canary")
     names = tenants.split(",") if isinstance(tenants, str) else list(tenants or ())
@@ -196,8 +196,8 @@ def configure_query_log(
 ) -> QueryLogChange:
     """Sets the query log's sample rate (``off``: 0; unchanged when only ``retention`` is given) and retention (a
     timedelta or a duration such as 30d), prunes it if asked, and returns its status."""
-    from toolkit.cutover import parse_duration
     from toolkit.store.query_log import prune_query_log, query_log_status, set_query_log
+    from toolkit.validation import parse_duration
 
     pruned = None
     if off or sample_rate is not None or retention is not None:
