@@ -62,7 +62,8 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # from toolkit import cutover: the module toolkit.cutover; from toolkit.embedding import PROVIDERS: the package
+            # from toolkit import cutover: the module toolkit.cutover;
+            # from toolkit.embedding import PROVIDERS: the package
             found += [(node.lineno, submodule(node.module, alias.name)) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level:
             raise AssertionError(f"{path}:{node.lineno}: relative import; write the absolute module")
