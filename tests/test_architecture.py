@@ -180,3 +180,21 @@ def test_the_circle_finder_finds_a_circle():
     assert import_circles(graph) == []
     # and it sees this tree's imports, function-level ones included
     assert "toolkit.store.versions" in module_graph()["toolkit.cutover"]
+
+
+def test_every_strategy_in_the_table_loads_a_chunker_of_that_name():
+    from toolkit.chunking import STRATEGY_TABLE, Chunker
+
+    for name, strategy in STRATEGY_TABLE.items():
+        cls = strategy.load()
+        assert issubclass(cls, Chunker), name
+        module = strategy.implementation.partition(":")[0]
+        assert (ROOT.parent / (module.replace(".", "/") + ".py")).exists(), name
+
+
+def test_every_provider_in_the_table_is_an_embedder_named_as_its_key():
+    from toolkit.embedding import PROVIDERS, Embedder
+
+    assert set(PROVIDERS) == {"openai", "sentence-transformers", "e5", "hashing"}
+    for name, cls in PROVIDERS.items():
+        assert issubclass(cls, Embedder) and cls.provider == name
