@@ -121,9 +121,9 @@ def chunking_cost(model_ref: str) -> list[str]:
     """Seconds per MB and per piece (sentence) for the strategies that embed while chunking, cold (no cache), on
     two chapters of the sample."""
     from toolkit.chunking import get_chunker
-    from toolkit.chunking.base import Document, Span
-    from toolkit.chunking.recursive import split_range
+    from toolkit.chunking.document import Document, Span
     from toolkit.chunking.sentence import sentence_spans
+    from toolkit.chunking.split import split_range
     from toolkit.embedding import get_embedder
     from toolkit.evaluation.queries import read_sample_documents
 

@@ -157,14 +157,6 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 # Import circles not yet taken apart (docs/architecture.md, "Import rules"); the list may only shrink.
 KNOWN_CIRCLES: list[list[str]] = [
-    [
-        "toolkit.chunking.base",
-        "toolkit.chunking.code",
-        "toolkit.chunking.recursive",
-        "toolkit.chunking.sentence",
-        "toolkit.chunking.spec",
-        "toolkit.chunking.structure",
-    ],
     ["toolkit.evaluation.frontier", "toolkit.evaluation.offline", "toolkit.evaluation.stored"],
 ]
 
