@@ -214,9 +214,7 @@ KNOWN_STATEMENTS = {
     "toolkit.search": 13,
     "toolkit.serve": 2,
     "toolkit.shadow": 2,
-    "toolkit.status": 2,
     "toolkit.verify": 8,
-    "toolkit.contents": 1,
     "toolkit.deletion": 1,
 }
 
