@@ -18,8 +18,9 @@ import pytest
 from toolkit import cutover
 from toolkit.chunking import get_chunker
 from toolkit.embedding import get_embedder
-from toolkit.evaluation.offline import HITS_PER_CONTEXT, _contexts, rank_chunks
+from toolkit.evaluation.offline import rank_chunks
 from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
+from toolkit.evaluation.report import HITS_PER_CONTEXT
 from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
@@ -33,6 +34,7 @@ from toolkit.evaluation.retrieval import (
     retrieval_settings,
     text_ranking,
 )
+from toolkit.evaluation.scoring import _contexts
 from toolkit.store import versions
 
 DIMS = 64

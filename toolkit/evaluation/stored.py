@@ -9,8 +9,9 @@ from pathlib import Path
 
 from toolkit.errors import InputError
 from toolkit.evaluation.frontier import mark_pareto
-from toolkit.evaluation.offline import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, Unit, score_config
 from toolkit.evaluation.queries import load_queries
+from toolkit.evaluation.report import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, Unit
+from toolkit.evaluation.scoring import score_config
 from toolkit.store.chunk_table import version_table
 
 
