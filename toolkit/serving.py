@@ -1,8 +1,9 @@
 """Serving across a migration: which version (and model) a request's question is embedded for and searched in
 (``toolkit.serving_model``: the active version, or the canary candidate for a share of request keys and for whole
-tenants), and the canary that sets that share. SQL holds the split and its audit; this module calls it. Also what
-the commands that change or show what is served call: ``change_canary``, ``cut_over`` and ``roll_back`` (which
-version serves, reported as dataclasses), ``configure_query_log``, and ``overview`` (``toolkit status``)."""
+tenants), and the canary that sets that share. SQL holds the split and its audit; the statements are in
+``toolkit.store.serving``. Also what ``toolkit canary`` and ``toolkit query-log`` call: ``change_canary`` and
+``configure_query_log`` (``cut_over`` / ``roll_back`` are in ``toolkit.cutover``, ``overview`` in
+``toolkit.status``)."""
 
 from __future__ import annotations
 

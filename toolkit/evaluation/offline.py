@@ -435,7 +435,7 @@ def _evaluate_stored(
     version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect, retrieval
 ):
     from toolkit.evaluation.cache import EmbeddingCache
-    from toolkit.evaluation.stored import evaluate_version
+    from toolkit.evaluation.stored import score_stored_version
 
     given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]
     if given or scorer != "embedding":
@@ -443,7 +443,7 @@ def _evaluate_stored(
             f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
         )
     with connect() as conn, EmbeddingCache(directory) as cache:
-        return evaluate_version(
+        return score_stored_version(
             conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache, retrieval=retrieval
         )
 

@@ -30,7 +30,7 @@ class StoredChunk:
     token_count: int
 
 
-def evaluate_version(
+def score_stored_version(
     conn,
     version: int,
     queries: str | Path,
