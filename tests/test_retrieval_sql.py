@@ -25,17 +25,15 @@ from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
     assemble,
-    chunk_lexemes,
     cosine_distances,
     fuse,
     order_by,
     passage_budget,
-    query_lexemes,
-    retrieval_settings,
     text_ranking,
 )
 from toolkit.evaluation.scoring import _contexts
 from toolkit.store import versions
+from toolkit.store.lexical import chunk_lexemes, query_lexemes, retrieval_settings
 
 DIMS = 64
 EMBEDDER = get_embedder(f"hashing:{DIMS}")

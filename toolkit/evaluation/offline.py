@@ -212,7 +212,7 @@ def _chunker(spec: str, embedder):
 def _retrieval_settings_or_error(conn) -> dict:
     import psycopg
 
-    from toolkit.evaluation.retrieval import retrieval_settings
+    from toolkit.store.lexical import retrieval_settings
 
     try:
         with conn.transaction():
@@ -285,6 +285,7 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
     (``hybrid_search_chunks``); deep enough for small-to-big contexts (``search_context``: 4 x k hits) and for
     passage assembly (the same depth)."""
     from toolkit.evaluation import retrieval as lexical
+    from toolkit.store import lexical as store_lexical
 
     ids = [c.chunk_id for c in chunks]
     distances = lexical.cosine_distances(query_vectors, vectors)
@@ -304,8 +305,8 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
         if config not in lexemes_by_config:
             with conn.transaction():
                 lexemes_by_config[config] = (
-                    lexical.chunk_lexemes(conn, chunks, config),
-                    lexical.query_lexemes(conn, questions, config),
+                    store_lexical.chunk_lexemes(conn, chunks, config),
+                    store_lexical.query_lexemes(conn, questions, config),
                 )
         chunk_terms, question_terms = lexemes_by_config[config]
         bm25 = lexical.BM25(

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import class_row
 
 from toolkit.db.connection import translate_errors
+from toolkit.store.chunk_table import version_table
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,35 @@ def select_version_chunks(
             " chunk_text AS text FROM toolkit.version_chunks(%s, %s, %s)",
             (version, doc_id, tenant),
         ).fetchall()
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk row of a version's table, with what scoring needs."""
+
+    chunk_id: str
+    doc_id: str
+    parent_id: str | None
+    is_parent: bool
+    start: int
+    end: int
+    heading_path: tuple[str, ...]
+    text: str
+    token_count: int
+
+
+def stored_chunks(conn: psycopg.Connection, version: int, tenant: str) -> tuple[list[StoredChunk], int]:
+    """A tenant's rows of a version, in reading order (row-level security: the tenant's own rows), and how many of its
+    chunks (parents aside) still wait for an embedding."""
+    table = version_table(conn, version)
+    with conn.transaction(force_rollback=True):
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        rows = conn.execute(
+            psycopg.sql.SQL(
+                "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
+                " token_count, embedding IS NULL AND NOT is_parent FROM {} WHERE tenant = %s ORDER BY doc_id, position"
+            ).format(table),
+            (tenant,),
+        ).fetchall()
+    missing = sum(1 for row in rows if row[9])
+    return [StoredChunk(*row[:6], tuple(row[6] or ()), *row[7:9]) for row in rows], missing
