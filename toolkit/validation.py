@@ -8,7 +8,9 @@ The library functions call these rules; the command line uses the same rules as 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 from toolkit.errors import InputError
 
@@ -297,3 +299,19 @@ def parse_options(pairs) -> dict:
         else:
             options[key] = value
     return options
+
+
+def parse_duration(text: str) -> timedelta:
+    """'7d', '12h', '30m', '45s', '0' → a timedelta. A number needs its unit (only 0 goes without): a bare 30 read as
+    seconds made ``--retention 30`` keep questions 30 seconds and ``retire --older-than 7`` retire every standby."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text or "")
+    if not match:
+        raise InputError(f"{text!r} is not a duration; write e.g. 7d, 12h, 30m or 0.")
+    value, unit = float(match.group(1)), match.group(2)
+    if not unit and value != 0:
+        number = match.group(1)
+        raise InputError(
+            f"{text!r} has no unit; say {number}d, {number}h, {number}m or {number}s (only 0 goes without one)."
+        )
+    unit = unit or "s"
+    return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
