@@ -21,6 +21,7 @@ from toolkit.db.migration_locks import lock_for_migration
 from toolkit.db.preflight import preflight
 from toolkit.db.sql_files import (
     apply_idempotent,
+    idempotent_files,
     installed_fingerprint,
     record_held_revision,
     sql_fingerprint,
@@ -62,6 +63,20 @@ def _say(message: str) -> None:
     """Reports to the operator: toolkit migrate prints config.attributes['notices'], alembic logs them."""
     config.attributes.setdefault("notices", []).append(message)
     log.warning(message)
+
+
+def _steps(script, direction: str, current: str | None, heads: set[str]) -> int | None:
+    """The steps toolkit migrate's progress counts: revisions run (and, up to head, the idempotent files); None
+    when the target is relative (+1, -1) and alembic alone resolves it."""
+    target = config.attributes.get("target_revision")
+    try:
+        if direction == "upgrade":
+            revisions = len(list(script.iterate_revisions(target, current or "base")))
+            at_head = script.get_revision(target).revision in heads
+            return revisions + (len(idempotent_files()) if at_head else 0)
+        return len(list(script.iterate_revisions(current, target))) if current else 0
+    except Exception:  # only the progress line's total depends on it
+        return None
 
 
 def run_migrations_online() -> None:
@@ -116,6 +131,8 @@ def run_migrations_online() -> None:
                 # What a role that is not a superuser lacks is named before anything changes.
                 preflight(driver, current=next(iter(current), None))
             lock_for_migration(driver, say=_say)
+            if progress is not None:
+                progress.set_total(_steps(script, direction, next(iter(current), None), heads))
             context.run_migrations()
             after = set(context.get_context().get_current_heads())
             if after == heads:

@@ -235,14 +235,17 @@ def test_each_long_command_draws_progress_in_its_unit_on_stderr_and_none_under_q
 
 
 def test_migrate_draws_a_step_per_revision_and_sql_file(empty_database_url):
-    migrated = _cli(empty_database_url, "migrate", env={"TOOLKIT_PROGRESS": "always"})
-    lines = _progress_lines(migrated.stderr, "migrate")
-    assert lines and re.match(r"migrate: \d+ steps, ", lines[-1]), migrated.stderr
     from toolkit.db.migrate import revisions
     from toolkit.db.sql_files import idempotent_files
 
-    assert f"migrate: {len(revisions()) + len(idempotent_files())} steps" in lines[-1]
-    downgraded = _cli(
-        empty_database_url, "migrate", "0004", "--downgrade", "--quiet", env={"TOOLKIT_PROGRESS": "always"}
+    migrated = _cli(empty_database_url, "migrate", env={"TOOLKIT_PROGRESS": "always"})
+    lines = _progress_lines(migrated.stderr, "migrate")
+    steps = len(revisions()) + len(idempotent_files())
+    assert lines and lines[-1].startswith(f"migrate: {steps}/{steps} steps (100%), "), migrated.stderr
+    quiet = _cli(
+        empty_database_url, "migrate", revisions()[-2], "--downgrade", "--quiet", env={"TOOLKIT_PROGRESS": "always"}
     )
-    assert not _progress_lines(downgraded.stderr, "migrate")
+    assert not _progress_lines(quiet.stderr, "migrate")
+    _cli(empty_database_url, "migrate", env={"TOOLKIT_PROGRESS": "never"})
+    downgraded = _cli(empty_database_url, "migrate", revisions()[-2], "--downgrade", env={"TOOLKIT_PROGRESS": "always"})
+    assert _progress_lines(downgraded.stderr, "migrate")[-1].startswith("migrate: 1/1 steps (100%), ")

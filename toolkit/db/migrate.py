@@ -52,7 +52,7 @@ def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
 
     check_revision(revision)
     config = _config(url)
-    config.attributes.update(attributes)
+    config.attributes.update(attributes, target_revision=revision)
     try:
         try:
             action(config, revision)
