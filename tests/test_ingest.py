@@ -130,9 +130,9 @@ def test_prune_removes_deleted_files_from_every_version(conn, corpus, make_model
     audit = conn.execute(
         "SELECT action, tenant, doc_id_sha256, reason, counts -> 'documents' FROM toolkit.deletions"
     ).fetchall()
-    assert audit == [
-        ("delete", "acme", [hashlib.sha256(b"support.md").hexdigest()], "toolkit ingest --prune", 1)
-    ], audit
+    assert audit == [("delete", "acme", [hashlib.sha256(b"support.md").hexdigest()], "toolkit ingest --prune", 1)], (
+        audit
+    )
     logged = conn.execute("SELECT tenant, results -> 0 ->> 'doc_id' FROM toolkit.query_log ORDER BY 1, 2").fetchall()
     assert logged == [("acme", "refunds.md"), ("other", "support.md")]
     for v in (v1, v2):

@@ -231,7 +231,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     filter_name text;
-    metadata jsonb;
+    wanted jsonb;
     metadata_key text;
     metadata_value jsonb;
     matched text[];
@@ -266,14 +266,14 @@ BEGIN
     -- metadata: {"key": value, ...}, each a top-level key of documents.metadata equal to a JSON scalar (all of them
     -- must hold). The documents matching it (a containment test the GIN index documents_metadata_idx serves, under
     -- the caller's row-level security) narrow doc_id: every search applies the filters through that one condition.
-    metadata := filters -> 'metadata';
-    IF metadata IS NOT NULL AND jsonb_typeof(metadata) <> 'null' THEN
-        IF jsonb_typeof(metadata) <> 'object' THEN
+    wanted := filters -> 'metadata';
+    IF wanted IS NOT NULL AND jsonb_typeof(wanted) <> 'null' THEN
+        IF jsonb_typeof(wanted) <> 'object' THEN
             RAISE EXCEPTION 'the search filter metadata must be a JSON object of top-level keys and values, not %',
-                metadata
+                wanted
                 USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"metadata": {"lang": "en"}}.';
         END IF;
-        FOR metadata_key, metadata_value IN SELECT e.key, e.value FROM jsonb_each(metadata) AS e LOOP
+        FOR metadata_key, metadata_value IN SELECT e.key, e.value FROM jsonb_each(wanted) AS e LOOP
             IF metadata_key = '' THEN
                 RAISE EXCEPTION 'a metadata filter needs a key: the empty key names nothing'
                     USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"metadata": {"lang": "en"}}.';
@@ -284,10 +284,10 @@ BEGIN
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END LOOP;
-        IF metadata <> '{}' THEN
+        IF wanted <> '{}' THEN
             matched := ARRAY(
                 SELECT d.doc_id FROM toolkit.documents AS d
-                WHERE d.tenant = toolkit._search_tenant() AND d.metadata @> metadata
+                WHERE d.tenant = toolkit._search_tenant() AND d.metadata @> wanted
             );
             doc_ids := CASE WHEN doc_ids IS NULL THEN matched
                 ELSE ARRAY(SELECT x.id FROM unnest(doc_ids) AS x (id) WHERE x.id = ANY (matched)) END;
