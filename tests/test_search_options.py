@@ -3,6 +3,8 @@ GIN index), min_score (a cosine-similarity floor) and MMR re-ranking (diversity)
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import psycopg
 import pytest
@@ -115,11 +117,10 @@ def test_the_metadata_filter_from_the_command_line_form(conn, corpus):
     assert search.parse_filters(['metadata.year="2024"']) == {"metadata": {"year": "2024"}}
 
 
-def test_the_metadata_filter_reads_the_documents_through_the_gin_index(conn, make_model):
-    """The documents a metadata filter matches are found with the GIN index (documents_metadata_idx) by a caller
-    outside row-level security, in the statement the search runs, on a tenant of 20,000 documents. Under row-level
-    security (every toolkit role: the tables force it) PostgreSQL cannot use the index: jsonb's @> is not leakproof,
-    so it is tested after the policies, on the tenant's documents read through the primary key (docs/search.md)."""
+def test_the_metadata_filter_finds_the_documents_through_an_index_under_row_level_security(conn, make_model):
+    """As the reader (row-level security forced), on a tenant of 20,000 documents: the documents a metadata filter
+    matches are found through toolkit.document_metadata_keys' primary key, not by reading the tenant's documents (a
+    GIN index on documents.metadata could not serve this caller: jsonb's @> is not leakproof)."""
     make_model("o", DIMS, model_name=str(DIMS))
     v = versions.create_version(conn, "o", "fixed:10:0", "fixed:10:0@1")
     conn.execute(
@@ -128,23 +129,59 @@ def test_the_metadata_filter_reads_the_documents_through_the_gin_index(conn, mak
         " FROM generate_series(1, 20000) AS i"
     )
     add_document(conn, v, "big", "x.md", CHUNKS["near.md"], {"n": -1, "team": "search"})
-    conn.execute("ANALYZE toolkit.documents")
+    conn.execute("ANALYZE toolkit.documents, toolkit.document_metadata_keys")
     activate(conn, v)
     notices = plans(conn)
-    filters = {"metadata": {"team": "search"}}
-
-    def lookups():
-        return [n for n in notices if "FROM toolkit.documents AS d" in n and "@>" in n]
-
-    # The migrating superuser (row-level security does not apply to it), with its own role kept.
-    hits = search.search(conn, QUERY, "big", 5, retrieval="vector", filters=filters, role=None, log=False)
+    hits = search.search(
+        conn, QUERY, "big", 5, retrieval="vector", filters={"metadata": {"team": "search", "n": -1}}, log=False
+    )
     assert docs(hits) == ["x.md"]
-    assert lookups() and all("documents_metadata_idx" in n for n in lookups()), lookups()
-    # The reader: the tenant's documents through the primary key, each tested after the policies.
-    notices.clear()
-    hits = search.search(conn, QUERY, "big", 5, retrieval="vector", filters=filters, log=False)
-    assert docs(hits) == ["x.md"]
-    assert lookups() and all("Index Cond: (tenant = " in n for n in lookups()), lookups()
+    lookups = [n for n in notices if "FROM toolkit.document_metadata_keys AS m" in n]
+    assert lookups, notices
+    for plan in lookups:
+        assert "Index Only Scan using document_metadata_keys_pkey" in plan or (
+            "Index Scan using document_metadata_keys_pkey" in plan
+        ), plan
+        assert "Seq Scan on documents" not in plan, plan
+
+
+def test_the_metadata_keys_follow_the_documents(conn, corpus):
+    """The trigger keeps the keys in step: a changed value is found under its new value only, a document's new
+    labels apply to its keys, a deleted document's keys are gone."""
+    conn.execute("UPDATE toolkit.documents SET metadata = metadata || '{\"lang\": \"fr\"}' WHERE doc_id = 'near.md'")
+    assert set(docs(run(conn, "vector", filters={"metadata": {"lang": "fr"}}))) == {"near.md"}
+    assert "near.md" not in docs(run(conn, "vector", filters={"metadata": {"lang": "en"}}))
+    assert docs(run(conn, "vector", filters={"metadata": {"year": 2024.0}})) == ["near.md", "other.md"]
+    conn.execute("UPDATE toolkit.documents SET access_labels = '{hr}' WHERE tenant = 'a' AND doc_id = 'other.md'")
+    keys = as_role(
+        conn,
+        "SELECT DISTINCT doc_id FROM toolkit.document_metadata_keys ORDER BY 1",
+        tenant="a",
+        principals=["eng"],
+    )
+    assert keys == [("far.md",), ("near.md",), ("twin.md",)]  # other.md's keys need the hr label now
+    conn.execute("DELETE FROM toolkit.documents WHERE tenant = 'a' AND doc_id = 'twin.md'")
+    left = conn.execute(
+        "SELECT count(*) FROM toolkit.document_metadata_keys WHERE tenant = 'a' AND doc_id = 'twin.md'"
+    ).fetchone()[0]
+    assert left == 0
+
+
+def test_the_upgrades_keys_are_the_triggers(conn):
+    """sql/incremental/009 indexes the documents stored before it with the expression toolkit._metadata_key_value
+    computes for later ones."""
+    from toolkit.db import sql_files
+
+    text = (sql_files.sql_dir() / "incremental" / "009-document-metadata-keys.sql").read_text(encoding="utf-8")
+    expression = re.search(r"    (encode\(sha256\(.*?'hex'\)),\n", text, re.S).group(1)
+    for value in ['"en"', "2024", "2024.0", "2.50", "-0", "true", "null", '"é ü\\tx"', '"2024"']:
+        key = "année"
+        mine, theirs = conn.execute(
+            f"SELECT {expression.replace('e.key', '%(key)s::text').replace('e.value', '%(value)s::jsonb')},"
+            " toolkit._metadata_key_value(%(key)s, %(value)s::jsonb)",
+            {"key": key, "value": value},
+        ).fetchone()
+        assert mine == theirs, value
 
 
 @pytest.mark.parametrize(

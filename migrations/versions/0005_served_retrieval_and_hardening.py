@@ -20,7 +20,7 @@ INCREMENTAL = [
     "006-roles-and-query-log-bounds.sql",
     "007-operations-settings.sql",
     "008-deletions.sql",
-    "009-document-metadata-index.sql",
+    "009-document-metadata-keys.sql",
 ]
 
 
@@ -32,7 +32,9 @@ def downgrade() -> None:
     connection = op.get_bind().connection.driver_connection
     connection.execute("SET LOCAL ROLE toolkit_owner")
     connection.execute("DROP TABLE IF EXISTS toolkit.settings")  # 007: the rollback window (a setting, no data)
-    connection.execute("DROP INDEX IF EXISTS toolkit.documents_metadata_idx")  # 009: an index, no data
+    # 009: the metadata filters' keys (derived from documents.metadata, no data of their own) and their trigger
+    connection.execute("DROP TRIGGER IF EXISTS sync_metadata_keys ON toolkit.documents")
+    connection.execute("DROP TABLE IF EXISTS toolkit.document_metadata_keys")
     connection.execute("RESET ROLE")
     # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
     # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).

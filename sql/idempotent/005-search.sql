@@ -235,6 +235,8 @@ DECLARE
     metadata_key text;
     metadata_value jsonb;
     matched text[];
+    search_tenant text;
+    pairs text[];
 BEGIN
     IF filters IS NULL OR jsonb_typeof(filters) = 'null' THEN
         RETURN;
@@ -264,8 +266,9 @@ BEGIN
     updated_before := (filters ->> 'updated_before')::timestamptz;
 
     -- metadata: {"key": value, ...}, each a top-level key of documents.metadata equal to a JSON scalar (all of them
-    -- must hold). The documents matching it (a containment test the GIN index documents_metadata_idx serves, under
-    -- the caller's row-level security) narrow doc_id: every search applies the filters through that one condition.
+    -- must hold). The documents matching it narrow doc_id: every search applies the filters through that one
+    -- condition. Found as the caller (row-level security applies) through toolkit.document_metadata_keys' primary key
+    -- (the documents holding every key and value), then checked with @> on the documents themselves.
     wanted := filters -> 'metadata';
     IF wanted IS NOT NULL AND jsonb_typeof(wanted) <> 'null' THEN
         IF jsonb_typeof(wanted) <> 'object' THEN
@@ -285,9 +288,16 @@ BEGIN
             END IF;
         END LOOP;
         IF wanted <> '{}' THEN
+            search_tenant := toolkit._search_tenant();
+            pairs := ARRAY(SELECT toolkit._metadata_key_value(e.key, e.value) FROM jsonb_each(wanted) AS e);
             matched := ARRAY(
                 SELECT d.doc_id FROM toolkit.documents AS d
-                WHERE d.tenant = toolkit._search_tenant() AND d.metadata @> wanted
+                WHERE d.tenant = search_tenant AND d.doc_id IN (
+                    SELECT m.doc_id FROM toolkit.document_metadata_keys AS m
+                    WHERE m.tenant = search_tenant AND m.key_value = ANY (pairs)
+                    GROUP BY m.doc_id HAVING count(*) = cardinality(pairs)
+                ) AND d.metadata @> wanted
+                ORDER BY d.doc_id
             );
             doc_ids := CASE WHEN doc_ids IS NULL THEN matched
                 ELSE ARRAY(SELECT x.id FROM unnest(doc_ids) AS x (id) WHERE x.id = ANY (matched)) END;

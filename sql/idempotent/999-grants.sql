@@ -55,6 +55,7 @@ toolkit._search_cosine_sql,
 toolkit._check_search_options,
 toolkit._mmr_candidates,
 toolkit._mmr_order,
+toolkit._metadata_key_value,
 toolkit._check_k,
 toolkit._version_gone,
 toolkit.lexical_settings,
@@ -75,6 +76,7 @@ GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, to
 -- search_passages cuts a passage's text from its document (row-level security and access labels apply).
 -- The metadata filters (metadata.key=value) find the documents they match, as the caller.
 GRANT SELECT (tenant, doc_id, title, raw_text, metadata, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
+GRANT SELECT ON toolkit.document_metadata_keys TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What a version holds (toolkit show, toolkit diff), read as the caller: row-level security applies.
 GRANT EXECUTE ON FUNCTION toolkit._version_table, toolkit._live_version_table, toolkit.version_documents, toolkit.version_chunks
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
