@@ -173,7 +173,7 @@ def test_the_upgrades_keys_are_the_triggers(conn):
     from toolkit.db import sql_files
 
     text = (sql_files.sql_dir() / "incremental" / "009-document-metadata-keys.sql").read_text(encoding="utf-8")
-    expression = re.search(r"    (encode\(sha256\(.*?'hex'\)),\n", text, re.S).group(1)
+    expression = re.search(r"    (encode\(sha256\(.*?'hex'\)) AS key_value,\n", text, re.S).group(1)
     for value in ['"en"', "2024", "2024.0", "2.50", "-0", "true", "null", '"é ü\\tx"', '"2024"']:
         key = "année"
         mine, theirs = conn.execute(

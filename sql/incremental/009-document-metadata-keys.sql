@@ -25,7 +25,7 @@ SELECT
     d.tenant,
     encode(sha256(convert_to(jsonb_build_array(
         e.key, CASE WHEN jsonb_typeof(e.value) = 'number' THEN to_jsonb(trim_scale(e.value::numeric)) ELSE e.value END
-    )::text, 'UTF8')), 'hex'),
+    )::text, 'UTF8')), 'hex') AS key_value,
     d.doc_id,
     d.access_labels
 FROM toolkit.documents AS d
