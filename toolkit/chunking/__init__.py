@@ -6,7 +6,8 @@ docs/chunking.md for the strategies, the spec syntax and the rules each strategy
 
 from __future__ import annotations
 
-from toolkit.chunking.base import Chunk, Chunker, compose_embed_text
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Chunk, compose_embed_text
 from toolkit.chunking.recommended import RECOMMENDED_RETRIEVAL, recommended_spec
 from toolkit.chunking.spec import STRATEGIES, STRATEGY_TABLE, Spec, parse_spec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
+from toolkit.chunking.languages import DEFINITION_KEYWORDS
 from toolkit.errors import InputError
 from toolkit.validation import key_value
 
@@ -142,14 +143,11 @@ def _option(spec: str, key: str, value: str):
     if kind is str:
         if not value:
             raise InputError(f"The chunker spec '{spec}' has an empty {key}=; give it a value.")
-        if key == "language":
-            from toolkit.chunking.code import DEFINITION_KEYWORDS
-
-            if value.lower() not in DEFINITION_KEYWORDS:
-                raise InputError(
-                    f"The chunker spec '{spec}' has language={value}, which the code strategy does not know; use one "
-                    f"of {', '.join(sorted(DEFINITION_KEYWORDS))}, or leave it out to go by the file extension."
-                )
+        if key == "language" and value.lower() not in DEFINITION_KEYWORDS:
+            raise InputError(
+                f"The chunker spec '{spec}' has language={value}, which the code strategy does not know; use one "
+                f"of {', '.join(sorted(DEFINITION_KEYWORDS))}, or leave it out to go by the file extension."
+            )
         return value
     try:
         parsed = kind(value)

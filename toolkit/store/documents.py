@@ -19,6 +19,12 @@ def validate_tenant(tenant: str) -> str:
     return tenant
 
 
+def document_tenants(conn: psycopg.Connection) -> dict[str, int]:
+    """Each tenant that has documents → how many (``toolkit.document_tenants()``, for the roles that may count them)."""
+    with conn.transaction():
+        return dict(conn.execute("SELECT tenant, documents FROM toolkit.document_tenants()").fetchall())
+
+
 def validate_labels(labels: Iterable[str]) -> list[str]:
     labels = sorted(set(labels))
     for label in labels:
