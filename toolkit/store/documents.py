@@ -47,13 +47,12 @@ def lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]
 
 
 def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str], *, reason: str | None = None) -> int:
-    """Deletes documents as ``toolkit delete`` does (``toolkit.deletion.delete_documents``: SQL's
-    ``toolkit.delete_documents``): the documents, their chunks in every live version and the logged questions citing
-    them, recorded in ``toolkit.deletions`` with ``reason``; in the caller's transaction. Returns the documents
-    deleted."""
+    """Deletes documents as ``toolkit delete`` does (SQL's ``toolkit.delete_documents``): the documents, their
+    chunks in every live version and the logged questions citing them, recorded in ``toolkit.deletions`` with
+    ``reason``; in the caller's transaction. Returns the documents deleted."""
     if not doc_ids:
         return 0
-    from toolkit.deletion import delete_documents as delete
+    from toolkit.store.deletions import run_delete_documents
 
-    report = delete(conn, tenant, doc_ids, reason=reason)
-    return next(r.rows for r in report.removed if r.relation == "documents")
+    removed = run_delete_documents(conn, tenant, sorted(set(doc_ids)), False, reason)
+    return next(r.rows for r in removed if r.relation == "documents")
