@@ -521,7 +521,9 @@ BEGIN
         RAISE EXCEPTION 'the query embedding is NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM toolkit._check_k(k);
-    PERFORM toolkit._check_search_options(min_score, diversity, true);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, true);
+    END IF;
     SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
     f := toolkit._search_filter_values(filters);
     -- The nearest rows ($14 of them: k, or MMR's candidates), with their cosine similarity when an option needs it.

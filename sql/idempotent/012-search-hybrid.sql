@@ -79,7 +79,9 @@ DECLARE
     ranked_sql text;
 BEGIN
     PERFORM toolkit._check_k(k);
-    PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    END IF;
     SELECT * INTO settings FROM toolkit.retrieval_settings();
     fusion := coalesce(rrf_k, settings.rrf_k);
     IF fusion < 0 THEN
@@ -460,7 +462,9 @@ DECLARE
     covered integer;
 BEGIN
     PERFORM toolkit._check_k(k);
-    PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    END IF;
     IF max_tokens IS NOT NULL AND max_tokens < 1 THEN
         RAISE EXCEPTION 'max_tokens must be 1 or more, not %', max_tokens USING ERRCODE = 'invalid_parameter_value';
     END IF;
