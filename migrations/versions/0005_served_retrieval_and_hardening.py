@@ -16,7 +16,12 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL = ["006-roles-and-query-log-bounds.sql", "007-operations-settings.sql", "008-deletions.sql"]
+INCREMENTAL = [
+    "006-roles-and-query-log-bounds.sql",
+    "007-operations-settings.sql",
+    "008-deletions.sql",
+    "010-drop-old-signatures.sql",
+]
 
 
 def upgrade() -> None:
