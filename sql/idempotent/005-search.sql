@@ -13,27 +13,6 @@ SELECT
 -- not loaded yet (a placeholder) in a function's SET clause, as the search functions do.
 SELECT vector_dims('[1]'::vector) AS library_loaded;
 
--- Signatures of earlier releases (without the version argument, or without pages in the result): dropped, since
--- CREATE OR REPLACE cannot change them and each name must stay unique.
-DROP FUNCTION IF EXISTS toolkit._search_target(vector, text);
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
-        WHERE p.pronamespace = 'toolkit'::regnamespace
-            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context', 'search_passages')
-            AND (pg_get_function_identity_arguments(p.oid) NOT LIKE '%query_version integer%'
-                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%'
-                OR (p.proname <> 'search_context'
-                    AND pg_get_function_identity_arguments(p.oid) NOT LIKE '%diversity double precision%'))
-    LOOP
-        EXECUTE format('DROP FUNCTION %s', f);
-    END LOOP;
-END
-$$;
-
 -- Returns the version a search reads and how to rank it. A search is pinned to the version (or the model alias) its
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
 -- or standby), whatever a cutover does meanwhile; an unpinned search reads the active version. Refuses a query vector
