@@ -111,6 +111,11 @@ MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
 RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
 PASSAGE_TOKENS = NumberRule("the passages' token budget (max_tokens)", 1, 10_000_000)
+# toolkit._check_search_options in SQL refuses the same (a test keeps the two equal).
+MIN_SCORE = NumberRule(
+    "the score threshold (min_score)", -1, 1, whole=False, hint="it is a cosine similarity of question and chunk"
+)
+DIVERSITY = NumberRule("the diversity (MMR lambda)", 0, 1, whole=False, hint="0 is off, 1 is as diverse as it gets")
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
 QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
