@@ -48,11 +48,12 @@ def test_chunk_estimate_eval_and_backfill_count_the_same_chunks_for_a_model(data
     estimated, notes = _estimated("--embedder", MODEL)
     assert estimated == counted and any("input limit of 100 tokens" in note for note in notes)
 
+    # Vector ranking without passages needs no database (the default embedded one must not be touched by a test).
     queries = tmp_path / "queries.jsonl"
     queries.write_text("".join((SAMPLE / "queries.jsonl").read_text().splitlines(keepends=True)[:5]))
     evaluated = json.loads(
         _run("eval", "--corpus", str(SAMPLE / "docs"), "--queries", str(queries), "--configs", SPEC, "--model", MODEL,
-             "--no-cache", "--retrieval", "vector", "--format", "json")
+             "--no-cache", "--retrieval", "vector:assemble=off", "--format", "json")
     )  # fmt: skip
     assert [config["chunks"] for config in evaluated["configs"]] == [counted]
 
