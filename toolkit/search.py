@@ -189,10 +189,7 @@ def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None =
         return _embedders[key]
 
 
-def validate_tenant(tenant) -> str:
-    if not isinstance(tenant, str) or not tenant:
-        raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
-    return tenant
+validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
 
 
 def search(

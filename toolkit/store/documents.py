@@ -8,15 +8,10 @@ from collections.abc import Iterable
 
 import psycopg
 
+from toolkit import validation
 from toolkit.errors import InputError
 
-
-def validate_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 200 or not tenant.isprintable():
-        raise InputError(
-            f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
-        )
-    return tenant
+validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
 
 
 def document_tenants(conn: psycopg.Connection) -> dict[str, int]:
