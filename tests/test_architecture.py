@@ -206,8 +206,6 @@ KNOWN_STATEMENTS = {
     "toolkit.backfill": 9,
     "toolkit.demo": 8,
     "toolkit.ingest": 6,
-    "toolkit.serve": 2,
-    "toolkit.shadow": 2,
     "toolkit.verify": 8,
 }
 

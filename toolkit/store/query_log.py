@@ -125,3 +125,12 @@ def write_logged_question(
         conn.execute("RESET ROLE")
         conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
     return logged
+
+
+def logged_questions(conn: psycopg.Connection, since, tenant: str | None, max_questions: int | None) -> list[tuple]:
+    """(tenant, question) of the questions logged since ``since`` (of ``tenant``, or every tenant), at most
+    ``max_questions`` (``toolkit.logged_questions``), for replay."""
+    with translate_errors(), conn.transaction():
+        return conn.execute(
+            "SELECT tenant, question FROM toolkit.logged_questions(%s, %s, %s)", (since, tenant, max_questions)
+        ).fetchall()
