@@ -205,7 +205,6 @@ def statement_calls(path: Path) -> int:
 KNOWN_STATEMENTS = {
     "toolkit.backfill": 9,
     "toolkit.demo": 8,
-    "toolkit.ingest": 6,
     "toolkit.verify": 8,
 }
 
