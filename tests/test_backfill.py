@@ -193,7 +193,7 @@ def test_sigint_stops_after_the_batch_in_flight_and_resume_finishes(database_url
         assert "--resume" in rest and "Traceback" not in line + rest
         with connect(database_url, autocommit=True) as conn:
             done = conn.execute("SELECT count(DISTINCT doc_id) FROM toolkit.chunks_v1").fetchone()[0]
-            left, _bytes = backfill.pending_documents(conn, 1)
+            left, _bytes = versions.pending_documents(conn, 1)
         assert done == 3 and left == 9, "the two answered batches and the held one are written, nothing after"
         assert server.requests == 3
         report = backfill.backfill(database_url, "remote", CHUNKER, resume=True)
@@ -243,7 +243,7 @@ def test_max_cost_stops_before_the_budget_is_passed(database_url, corpus):
     assert report["stopped"] == "max-cost" and 0.5 < report["estimated_cost_usd"] <= 1.50
     assert "--max-cost" in err and "--resume" in err
     with connect(database_url, autocommit=True) as conn:
-        left, _ = backfill.pending_documents(conn, report["version"])
+        left, _ = versions.pending_documents(conn, report["version"])
         status = versions.version_status(conn)[0]
     assert status.state == "building" and 0 < left < 12
     assert report["documents_chunked"] == 12 - left

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psycopg
-from psycopg import sql
 
 from toolkit import validation
 from toolkit.chunking import recommended_spec
@@ -31,7 +30,16 @@ from toolkit.embedding.base import batches
 from toolkit.errors import InputError, StateError
 from toolkit.progress import Progress
 from toolkit.store import versions
-from toolkit.store.chunk_table import LiveVersion, chunk_row, copy_chunk_rows, known_embeddings, version_table
+from toolkit.store.chunk_table import (
+    LiveVersion,
+    chunk_row,
+    claim_pending_documents,
+    copy_chunk_rows,
+    delete_document_rows,
+    known_embeddings,
+    lock_version_writes,
+    version_table,
+)
 from toolkit.store.models import embedder_for_model, get_model
 
 # Workers (connections) by default: two keep a model call and the chunking or writing of another batch in
@@ -94,24 +102,6 @@ class BackfillReport:
         return STOP_EXIT_CODES.get(self.stopped, 130) if self.stopped else 0
 
 
-def _version_row(conn, version: int):
-    with conn.transaction():
-        return conn.execute(
-            "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, state"
-            " FROM toolkit.versions WHERE version = %s",
-            (version,),
-        ).fetchone()
-
-
-def lock_version_writes(conn: psycopg.Connection, target: LiveVersion, *, exclusive: bool = False) -> None:
-    """The version's table lock for the rest of the transaction. A batch takes ROW EXCLUSIVE before it claims
-    (writers do not block each other); ``mark_version_ready`` and the final check of a backfill take SHARE, which
-    waits for every batch in flight, claimed documents included, and keeps new ones out. A reader holds SELECT
-    only, so it can take neither."""
-    mode = sql.SQL("SHARE" if exclusive else "ROW EXCLUSIVE")
-    conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(target.table, mode))
-
-
 def prepare_version(
     conn: psycopg.Connection,
     model_alias: str,
@@ -147,19 +137,13 @@ def prepare_version(
             if not isinstance(error.__cause__, psycopg.errors.UniqueViolation):
                 raise
             existing = versions.find_version(conn, model_alias, chunker.version, storage, dimensions)
-    state = _version_row(conn, existing)[6]
+    state = versions.version_row(conn, existing).state
     if state == "building" and not resume:
         raise StateError(
             f"Version {existing} ({model_alias}, {chunker.version}) is already being built. "
             "Continue it with --resume (two backfills of one version share the work safely)."
         )
     return existing, False
-
-
-def pending_documents(conn: psycopg.Connection, version: int) -> tuple[int, int]:
-    """(documents, bytes of raw text) a backfill of the version still has to write."""
-    with translate_errors(), conn.transaction():
-        return tuple(conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (version,)).fetchone())
 
 
 class _Budget:
@@ -252,14 +236,6 @@ class _Run:
             self.after = max(self.after, key)
 
 
-def _claim(conn, version: int, after: tuple[str, str], documents: int) -> list[tuple]:
-    return conn.execute(
-        "SELECT tenant, doc_id, raw_text, access_labels, rewrite, pages"
-        " FROM toolkit.claim_pending_documents(%s, %s, %s, %s)",
-        (version, after[0], after[1], documents),
-    ).fetchall()
-
-
 def _write_batch(conn, run: _Run) -> bool:
     """One transaction: claim, chunk, embed, COPY. Returns whether the queue had anything left to claim."""
     target, embedder, version = run.target, run.embedder, run.target.version
@@ -267,11 +243,10 @@ def _write_batch(conn, run: _Run) -> bool:
     began = time.perf_counter()
     with translate_errors(), conn.transaction():
         lock_version_writes(conn, target)
-        state = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
-        if state is None or state[0] != "building":
+        if versions.version_state(conn, version) != "building":
             run.outcome = run.outcome or "not building"
             return False
-        claimed = _claim(conn, version, run.next_key(), run.sizer.documents())
+        claimed = claim_pending_documents(conn, version, run.next_key(), run.sizer.documents())
         if not claimed:
             return False
         run.claimed_up_to((claimed[-1][0], claimed[-1][1]))
@@ -368,9 +343,7 @@ def _known_for_rewrite(conn, target: LiveVersion, documents) -> dict:
     for tenant in sorted({t for t, _ in rewrite}):
         doc_ids = [d for t, d in rewrite if t == tenant]
         known.update(known_embeddings(conn, target, tenant, doc_ids))
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table), (tenant, doc_ids)
-        )
+        delete_document_rows(conn, target, tenant, doc_ids)
     return known
 
 
@@ -405,11 +378,11 @@ def _work_left(conn, target: LiveVersion) -> int:
     exclusive write lock). Documents that make no chunk stay pending and count as done."""
     with translate_errors(), conn.transaction():
         lock_version_writes(conn, target, exclusive=True)
-        count, _ = conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (target.version,)).fetchone()
+        count, _ = versions.pending_documents(conn, target.version)
         if count > FINAL_CHECK_DOCUMENTS:
             return count
         left = 0
-        for _tenant, doc_id, text, *_ in _claim(conn, target.version, ("", ""), count + 1):
+        for _tenant, doc_id, text, *_ in claim_pending_documents(conn, target.version, ("", ""), count + 1):
             if text is not None and target.chunker.chunk(text, doc_id=doc_id):
                 left += 1
         return left
@@ -429,19 +402,18 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     """Builds the HNSW index after the load and moves the version to ready (see ``Finalized``)."""
     # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
     # second build), and marking a version ready twice is a no-op.
-    if _version_row(conn, version)[6] != "building":
+    if versions.version_row(conn, version).state != "building":
         return Finalized("not building")
     with conn.transaction():
         if versions.version_pending_rows(conn, version) > 0:
             return Finalized("pending")
     # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
     # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
-    with conn.transaction():
-        conn.execute(sql.SQL("ANALYZE {}").format(version_table(conn, version)))
+    versions.analyze_version(conn, version)
     started = time.perf_counter()
     versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
     seconds = time.perf_counter() - started
-    if not _index_valid(conn, version):
+    if not versions.version_index_valid(conn, version):
         raise StateError(
             f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
         )
@@ -450,11 +422,6 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     except StateError:
         return Finalized("pending")
     return Finalized("ready", seconds)
-
-
-def _index_valid(conn, version: int) -> bool:
-    with conn.transaction():
-        return conn.execute("SELECT toolkit.version_index_valid(%s)", (version,)).fetchone()[0]
 
 
 def backfill(
@@ -507,7 +474,15 @@ def backfill(
         version, created = prepare_version(
             conn, model_alias, chunker_spec, resume=resume, storage=storage, dimensions=dimensions
         )
-        _, alias, spec, chunker_version, storage_, dims, state = _version_row(conn, version)
+        row = versions.version_row(conn, version)
+        alias, spec, chunker_version, storage_, dims, state = (
+            row.model_alias,
+            row.chunker_spec,
+            row.chunker_version,
+            row.storage,
+            row.dimensions,
+            row.state,
+        )
         report = BackfillReport(
             version=version,
             model_alias=alias,
@@ -553,7 +528,7 @@ def backfill(
         sizer = _Sizer(batch_size)
         documents_total = [0]
         for _pass in range(MAX_PASSES):
-            documents, size = pending_documents(conn, version)
+            documents, size = versions.pending_documents(conn, version)
             documents_total[0] = report.documents_chunked + documents
             progress.set_total(None, weight=progress.weight_done + size)
             run = _Run(target, embedder, budget, sizer, stop, limiter, on_batch, on_embedded)
@@ -578,7 +553,7 @@ def backfill(
         progress.finish()
         report.tokens = budget.tokens
         report.estimated_cost_usd = round(budget.cost, 6)
-        report.state = _version_row(conn, version)[6]
+        report.state = versions.version_row(conn, version).state
         report.seconds = time.perf_counter() - started
         return report
 

@@ -240,8 +240,35 @@ def replace_document_rows(
 ) -> None:
     """A version's rows of ``doc_ids`` replaced by ``rows`` (deleted, then copied in), and the version's change
     recorded (``toolkit.touch_version``), in the caller's transaction."""
+    delete_document_rows(conn, target, tenant, doc_ids)
+    copy_chunk_rows(conn, target, rows)
+    conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))
+
+
+def lock_version_writes(conn: psycopg.Connection, target: LiveVersion, *, exclusive: bool = False) -> None:
+    """The version's table lock for the rest of the transaction. A batch takes ROW EXCLUSIVE before it claims
+    (writers do not block each other); ``mark_version_ready`` and the final check of a backfill take SHARE, which
+    waits for every batch in flight, claimed documents included, and keeps new ones out. A reader holds SELECT
+    only, so it can take neither."""
+    mode = sql.SQL("SHARE" if exclusive else "ROW EXCLUSIVE")
+    conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(target.table, mode))
+
+
+def claim_pending_documents(
+    conn: psycopg.Connection, version: int, after: tuple[str, str], documents: int
+) -> list[tuple]:
+    """Up to ``documents`` pending documents of the version after the (tenant, doc id) key ``after``, locked for this
+    transaction (``toolkit.claim_pending_documents`` owns the rule): tenant, doc id, raw text, access labels, whether
+    its rows are rewritten, pages."""
+    return conn.execute(
+        "SELECT tenant, doc_id, raw_text, access_labels, rewrite, pages"
+        " FROM toolkit.claim_pending_documents(%s, %s, %s, %s)",
+        (version, after[0], after[1], documents),
+    ).fetchall()
+
+
+def delete_document_rows(conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str]) -> None:
+    """A version's rows of ``doc_ids`` deleted, in the caller's transaction (before they are written again)."""
     conn.execute(
         sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table), (tenant, doc_ids)
     )
-    copy_chunk_rows(conn, target, rows)
-    conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg.rows import class_row
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
@@ -182,3 +183,55 @@ def resolve_version(
             f"The model {model_alias!r} has several versions: {listing}. Pick one with --chunker or --version."
         )
     return rows[0][0]
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    """What a backfill reads of a version's registry row."""
+
+    version: int
+    model_alias: str
+    chunker_spec: str
+    chunker_version: str
+    storage: str
+    dimensions: int
+    state: str
+
+
+def version_row(conn: psycopg.Connection, version: int) -> VersionRow | None:
+    with conn.transaction():
+        return (
+            conn.cursor(row_factory=class_row(VersionRow))
+            .execute(
+                "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, state"
+                " FROM toolkit.versions WHERE version = %s",
+                (version,),
+            )
+            .fetchone()
+        )
+
+
+def version_state(conn: psycopg.Connection, version: int) -> str | None:
+    """The version's state, None when there is no such version (in the caller's transaction, if any)."""
+    row = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
+    return None if row is None else row[0]
+
+
+def pending_documents(conn: psycopg.Connection, version: int) -> tuple[int, int]:
+    """(documents, bytes of raw text) a backfill of the version still has to write
+    (``toolkit.version_pending_documents``)."""
+    with translate_errors(), conn.transaction():
+        return tuple(conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (version,)).fetchone())
+
+
+def analyze_version(conn: psycopg.Connection, version: int) -> None:
+    """ANALYZE the version's table (after a load, so the planner knows it)."""
+    from toolkit.store.chunk_table import version_table
+
+    with conn.transaction():
+        conn.execute(psycopg.sql.SQL("ANALYZE {}").format(version_table(conn, version)))
+
+
+def version_index_valid(conn: psycopg.Connection, version: int) -> bool:
+    with conn.transaction():
+        return conn.execute("SELECT toolkit.version_index_valid(%s)", (version,)).fetchone()[0]
