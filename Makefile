@@ -1,5 +1,7 @@
-# Two entry points: `make demo` (the whole lifecycle on the embedded database) and `make test`.
-# Each creates .venv and installs what it needs; a second run skips the install.
+# Two entry points: `make demo` (the whole lifecycle on the embedded database) and `make test`; `make check` is the
+# fast tier for contributors (no database, no real model: under a minute).
+# Each creates .venv and installs what it needs; a second run skips the install. Two targets started together on a
+# fresh checkout do not race: the install runs under a lock, and the one that waited finds it done.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,8 +10,13 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test lint format install bench clean-db constraints
+.PHONY: demo test check lint format install bench clean-db constraints
 
+ifndef TOOLKIT_INSTALL_LOCKED
+# flock(1) holds .install.lock while a second make (with the same goal) decides again whether .venv is up to date.
+$(STAMP): pyproject.toml constraints.txt
+	flock .install.lock $(MAKE) --no-print-directory TOOLKIT_INSTALL_LOCKED=1 $(STAMP)
+else
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -19,6 +26,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# The default local runtime (ONNX) is exported once from the installed weights into the user cache.
 	$(BIN)/python -m toolkit.embedding.onnx_runtime
 	touch $(STAMP)
+endif
 
 install: $(STAMP)
 
