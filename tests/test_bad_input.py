@@ -13,7 +13,7 @@ Every case that runs checks: the exit code, no ``Traceback`` anywhere, a refusal
 stop (no raw multi-line libpq text), and that no embedded server was started. Then, by where the case can reach:
 
 - at the parser (``test_bad_value_at_the_parser``): a usage error, a command that never opens a database (chunk,
-  estimate, eval on files) and the root group's own rows (no --database-url is given): the command line names a
+  estimate) and the root group's own rows (no --database-url is given): the command line names a
   listening socket as its database, and nothing may have connected to it;
 - at the database (``test_bad_value``): every other case runs against a real database, and a snapshot of every
   toolkit table (row counts and checksums) must be identical to the one taken when the database was built.
@@ -340,22 +340,10 @@ ROWS = [
 ]
 
 
-# Commands that never open a database, whatever the value (the sentinel below proves it for every case).
+# Commands that never open a database, whatever the value (the sentinel below proves it for every case). eval
+# is not one: given a --database-url, it opens the database even for files.
 NO_DATABASE = {"chunk", "estimate"}
-# eval reads files only, unless it is given a model alias or a version (and then the tenant) to look up.
-EVAL_ON_FILES = {"--corpus", "--queries", "--configs", "-k", "--scorer", "--retrieval", "--plot", "--input-price"}
-EVAL_ON_FILES |= {"--cache-dir", "--format"}
-ROWS = [
-    Row(
-        r.command,
-        r.param,
-        r.args,
-        r.outcomes,
-        r.url,
-        database=not (r.command in NO_DATABASE or (r.command == "eval" and r.param in EVAL_ON_FILES)),
-    )
-    for r in ROWS
-]
+ROWS = [Row(r.command, r.param, r.args, r.outcomes, r.url, database=r.command not in NO_DATABASE) for r in ROWS]
 
 
 def value_parameters(group: click.Group = main, prefix: str = ""):
