@@ -45,6 +45,12 @@ test: lint
 	$(BIN)/python -m toolkit.evaluation.gate
 	$(BIN)/python -m pytest
 
+# The fast tier for contributors: every test that needs neither the database nor a real model (the unit tests and
+# the bad-input matrix at the parser), in well under a minute. `make test` stays the full run CI uses.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not database and not slow"
+
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .

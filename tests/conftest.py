@@ -146,7 +146,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "database: uses the session's PostgreSQL (added to every test that does)")
+    config.addinivalue_line(
+        "markers", "database: uses a PostgreSQL server: the session's (marked by the fixture) or one it starts"
+    )
 
 
 def pytest_collection_modifyitems(config, items):

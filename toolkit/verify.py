@@ -48,6 +48,9 @@ class VerifyReport:
     query_set_hash: str
     wins: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
+    # The vector of each question as the evaluation embedded it, per model alias: a caller that searches the same
+    # questions again (the demo) need not embed them again. Not part of as_dict().
+    question_vectors: dict[str, dict[str, list[float]]] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict:
         def side(s: Side | None):
@@ -139,11 +142,15 @@ def query_set_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _embeddings(conn: psycopg.Connection, version: int, questions: list[str]) -> list[list[float]]:
+def _embeddings(conn: psycopg.Connection, version: int, questions: list[str], done: dict) -> list[list[float]]:
+    """The questions' vectors with the version's model; ``done`` (by embedder) keeps a second version of the same
+    model (a chunker change) from embedding every question again."""
     from toolkit.search import query_embedder, version_model
 
     embedder = query_embedder(conn, version_model(conn, version))
-    return [[float(x) for x in embedder.embed_query(q)] for q in questions]
+    if id(embedder) not in done:
+        done[id(embedder)] = (embedder, [[float(x) for x in embedder.embed_query(q)] for q in questions])
+    return done[id(embedder)][1]
 
 
 def _side(conn: psycopg.Connection, version: int, metrics: dict) -> Side:
@@ -193,10 +200,11 @@ def verify(
             f"No other version is active to compare version {candidate} with, so the gate needs an absolute floor: "
             "give --min-recall (the recall@k it must reach, e.g. 0.8)."
         )
-    for item, vector in zip(payload, _embeddings(conn, candidate, questions), strict=True):
+    embedded: dict = {}
+    for item, vector in zip(payload, _embeddings(conn, candidate, questions, embedded), strict=True):
         item["embedding"] = vector
     if baseline is not None:
-        for item, vector in zip(payload, _embeddings(conn, baseline, questions), strict=True):
+        for item, vector in zip(payload, _embeddings(conn, baseline, questions, embedded), strict=True):
             item["baseline_embedding"] = vector
     digest = query_set_hash(queries_path)
     with translate_errors(), conn.transaction():
@@ -216,7 +224,14 @@ def verify(
                 wins.append(q.query)
             elif b_hit and not c_hit:
                 losses.append(q.query)
-    return VerifyReport(cand, base, tenant, k, passed, list(gate["reasons"]), evaluation_id, digest, wins, losses)
+    vectors = {
+        side.model_alias: dict(zip(questions, [item[key] for item in payload], strict=True))
+        for side, key in ((cand, "embedding"), (base, "baseline_embedding"))
+        if side is not None
+    }
+    return VerifyReport(
+        cand, base, tenant, k, passed, list(gate["reasons"]), evaluation_id, digest, wins, losses, vectors
+    )
 
 
 def verify_version(
