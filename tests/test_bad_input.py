@@ -483,10 +483,12 @@ def check_one_sentence(result) -> None:
     assert "\t" not in output, "raw multi-line libpq text"
 
 
-def run_case(r: Row, kind: str, url: str, root, places: dict, monkeypatch):
+def run_case(r: Row, kind: str, url: str, root, places: dict, monkeypatch, cwd):
     outcome = r.outcomes[kind]
-    # Nothing may fall back to the user's own embedded server or write into the source tree.
-    monkeypatch.chdir(root)
+    # Nothing may fall back to the user's own embedded server or write into the source tree. Each case runs in an
+    # empty directory of its own: a legal value may create a file or directory named by the value there (--plot,
+    # --cache-dir), which another case would then find (the suite in a shuffled order showed it).
+    monkeypatch.chdir(cwd)
     env = {"TOOLKIT_DATA_DIR": str(root / "no-server-here"), "TOOLKIT_DATABASE_URL": None}
     line = _command_line(r, VALUES[kind], places)
     args = (["--database-url", url] if r.url else []) + line
@@ -499,15 +501,15 @@ def run_case(r: Row, kind: str, url: str, root, places: dict, monkeypatch):
 
 
 @pytest.mark.parametrize(("r", "kind"), list(_cases(at_the_parser=True)))
-def test_bad_value_at_the_parser(files, sentinel, monkeypatch, r: Row, kind: str):
+def test_bad_value_at_the_parser(files, sentinel, monkeypatch, tmp_path, r: Row, kind: str):
     sentinel.contacted()
-    run_case(r, kind, sentinel.url, files["root"], files["places"], monkeypatch)
+    run_case(r, kind, sentinel.url, files["root"], files["places"], monkeypatch, tmp_path)
     assert sentinel.contacted() == 0, "the case connected to the database it was given"
 
 
 @pytest.mark.parametrize(("r", "kind"), list(_cases(at_the_parser=False)))
-def test_bad_value(world, monkeypatch, r: Row, kind: str):
-    run_case(r, kind, world["url"], world["root"], world["places"], monkeypatch)
+def test_bad_value(world, monkeypatch, tmp_path, r: Row, kind: str):
+    run_case(r, kind, world["url"], world["root"], world["places"], monkeypatch, tmp_path)
     # Every case leaves the database as it was built (a case that changed it fails, and the next compare with what
     # it left).
     before, world["snapshot"] = world["snapshot"], snapshot(world["url"])
