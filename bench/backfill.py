@@ -206,7 +206,7 @@ def run_real_model(pg, rows: int, repeats: int) -> dict:
 
     from toolkit.backfill import backfill
     from toolkit.chunking import get_chunker
-    from toolkit.chunking.base import compose_embed_text
+    from toolkit.chunking.document import compose_embed_text
     from toolkit.db.connection import connect
     from toolkit.store.chunk_table import version_table
     from toolkit.store.models import embedder_for_model, register_model

@@ -354,7 +354,7 @@ def embed_texts(conn, version: int) -> list[str]:
     """What ingest sent to the model for each stored chunk (heading path, context, body)."""
     from psycopg import sql
 
-    from toolkit.chunking.base import compose_embed_text
+    from toolkit.chunking.document import compose_embed_text
     from toolkit.store.chunk_table import version_table
 
     rows = conn.execute(

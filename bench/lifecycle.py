@@ -121,7 +121,7 @@ def measure_real_backfill(server: Server, rows: int, repeats: int) -> dict:
     the backfill embedded (bare runs before and after, the model loaded and warm for both)."""
     from psycopg import sql
 
-    from toolkit.chunking.base import compose_embed_text
+    from toolkit.chunking.document import compose_embed_text
     from toolkit.db.connection import connect
     from toolkit.store.chunk_table import version_table
     from toolkit.store.models import embedder_for_model, register_model

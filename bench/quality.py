@@ -121,9 +121,9 @@ def chunking_cost(model_ref: str) -> list[str]:
     """Seconds per MB and per piece (sentence) for the strategies that embed while chunking, cold (no cache), on
     two chapters of the sample."""
     from toolkit.chunking import get_chunker
-    from toolkit.chunking.base import Document, Span
-    from toolkit.chunking.recursive import split_range
+    from toolkit.chunking.document import Document, Span
     from toolkit.chunking.sentence import sentence_spans
+    from toolkit.chunking.split import split_range
     from toolkit.embedding import get_embedder
     from toolkit.evaluation.queries import read_sample_documents
 
@@ -187,9 +187,10 @@ def lexical_study(conn, embedder, cache, name, docs, queries) -> list[str]:
     """The lexical side on one configuration: BM25's k1 and b, the text search configuration, RRF's k, the
     candidates per list, full text alone, and the ranking used before BM25 (ts_rank_cd), each with assembly."""
     from toolkit.chunking import get_chunker
-    from toolkit.evaluation.offline import evaluate, read_corpus, score_config
+    from toolkit.evaluation.offline import evaluate, read_corpus
     from toolkit.evaluation.queries import load_queries
     from toolkit.evaluation.retrieval import cosine_distances, fuse, order_by, passage_budget
+    from toolkit.evaluation.scoring import score_config
 
     report = evaluate(docs, queries, LEXICAL_SPEC, embedder=embedder, k=5, cache=cache, retrieval=LEXICAL_RETRIEVALS,
                       conn=conn)  # fmt: skip

@@ -122,7 +122,7 @@ def corpus(rows: int, rng: np.random.Generator, pool: list[str]) -> tuple[list[d
 
 
 class Served:
-    def __init__(self, sizes: list[int], made_questions: int, rounds: int, cold: int, seed: int):
+    def __init__(self, sizes: list[int], made_questions: int, rounds: int, cold: int, seed: int, options: bool = False):
         self.sizes, self.made_questions, self.rounds, self.cold, self.seed = (
             sizes,
             made_questions,
@@ -130,6 +130,7 @@ class Served:
             cold,
             seed,
         )
+        self.options = options  # also time the search options (min_score, diversity), interleaved with the rest
         self.results: dict = {"sizes": {}}
 
     # -- server --------------------------------------------------------------------------------------------
@@ -280,6 +281,19 @@ class Served:
             "before: search_passages": f"SELECT rank FROM toolkit.before_passages(%s, %s, {K}, query_version => {v})",
             "before: hybrid_search_chunks": f"SELECT chunk_id FROM toolkit.before_hybrid(%s, %s, {K},"
             f" query_version => {v})",
+        } | (self.option_calls(v) if self.options else {})
+
+    def option_calls(self, v: int) -> dict[str, str]:
+        """The search options, each at a value that does work (a threshold most hits pass, MMR half and half)."""
+        return {
+            "search_passages, diversity 0.5": f"SELECT rank FROM toolkit.search_passages(%s, %s, {K},"
+            f" query_version => {v}, diversity => 0.5)",
+            "hybrid_search_chunks, diversity 0.5": f"SELECT chunk_id FROM toolkit.hybrid_search_chunks(%s, %s, {K},"
+            f" query_version => {v}, diversity => 0.5)",
+            "search_chunks, diversity 0.5": f"SELECT chunk_id FROM toolkit.search_chunks(%s, {K},"
+            f" query_version => {v}, diversity => 0.5)",
+            "search_chunks, min_score 0.1": f"SELECT chunk_id FROM toolkit.search_chunks(%s, {K},"
+            f" query_version => {v}, min_score => 0.1)",
         }
 
     def reader(self):
@@ -545,9 +559,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cold", type=int, default=20, help="fresh connections per call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true", help="replace the section in docs/benchmarks.md")
+    parser.add_argument(
+        "--options", action="store_true", help="also time min_score and diversity (printed; not for --write)"
+    )
     args = parser.parse_args(argv)
+    if args.options and args.write:
+        parser.error("--options adds rows the section does not describe: run it without --write")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    results = Served(sizes, args.made_questions, args.rounds, args.cold, args.seed).run()
+    results = Served(sizes, args.made_questions, args.rounds, args.cold, args.seed, args.options).run()
     command = ".venv/bin/python bench/search.py --served" + (
         f" --sizes {args.sizes}" if args.sizes != "10000,100000" else ""
     )

@@ -37,7 +37,7 @@ def main() -> None:
     from toolkit.embedding import get_embedder
     from toolkit.evaluation.offline import evaluate
     from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
-    from toolkit.evaluation.stored import evaluate_version
+    from toolkit.evaluation.stored import score_stored_version
     from toolkit.ingest import ingest
     from toolkit.store.models import register_model
 
@@ -70,7 +70,7 @@ def main() -> None:
                 started = time.perf_counter()
                 version = backfill.backfill(db.url, "m", args.spec).version
                 print(f"{tenant}: version {version} built in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-                served = evaluate_version(conn, version, queries, k=5, tenant=tenant).configs[0]
+                served = score_stored_version(conn, version, queries, k=5, tenant=tenant).configs[0]
         finally:
             stop_embedded(data_dir)
         for label, r in (("`toolkit eval` (offline, default)", offline), ("`search()` defaults", served)):

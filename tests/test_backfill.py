@@ -418,7 +418,8 @@ def test_deleting_a_document_waits_for_the_batch_that_claimed_it(database_url, c
         waiting = (
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE wait_event_type = 'Lock'"
-            " AND (query LIKE 'DELETE FROM toolkit.documents%' OR query LIKE '%toolkit.lock_documents%')"
+            " AND (query LIKE 'DELETE FROM toolkit.documents%' OR query LIKE '%toolkit.lock_documents%'"
+            "  OR query LIKE '%toolkit.delete_documents%')"
         )
         while not watch.execute(waiting).fetchone()[0]:
             assert deleter.is_alive()

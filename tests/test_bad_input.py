@@ -298,6 +298,8 @@ ROWS = [
     row("search", "--retrieval", f"{SEARCH} --retrieval {{}}", choice()),
     row("search", "--max-tokens", f"{SEARCH} --max-tokens {{}}", number()),
     row("search", "--filter", f"{SEARCH} --filter {{}}", named(REFUSED)),
+    row("search", "--min-score", f"{SEARCH} --min-score {{}}", number(zero=READ)),
+    row("search", "--diversity", f"{SEARCH} --diversity {{}}", number(zero=READ)),
     row("search", "--principal", f"{SEARCH} --principal {{}}", named(READ)),
     row("search", "--ef-search", f"{SEARCH} --ef-search {{}}", number()),
     row("search", "--request-key", f"{SEARCH} --request-key {{}}", named(READ)),

@@ -52,6 +52,7 @@ def test_catalog_lints(conn, make_model):
     for table, policies in (
         ("documents", ["access_labels", "service_access", "tenant_isolation"]),
         ("query_log", ["service_access", "tenant_isolation"]),
+        ("document_metadata_keys", ["access_labels", "service_access", "tenant_isolation"]),
     ):
         row = conn.execute(
             "SELECT relrowsecurity, relforcerowsecurity,"
@@ -82,6 +83,7 @@ def test_catalog_lints(conn, make_model):
     # so is the audit log of deletions (the owner and the deployer read it; no application may)
     assert tenant_tables - {name for name, *_ in chunk_tables} - postings == {
         "documents",
+        "document_metadata_keys",
         "query_log",
         "tenant_bindings",
         "deletions",

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from toolkit.embedding import get_embedder, onnx_runtime
-from toolkit.embedding.base import split_ref_options
+from toolkit.embedding import get_embedder, onnx_runtime, split_ref_options
 from toolkit.errors import EmbeddingError, InputError
 
 pytestmark = pytest.mark.slow

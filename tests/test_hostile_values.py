@@ -176,7 +176,7 @@ def test_a_bare_number_is_not_a_duration(served, args, typed):
 def test_durations_with_units_and_zero_are_read():
     from datetime import timedelta
 
-    from toolkit.cutover import parse_duration
+    from toolkit.validation import parse_duration
 
     assert parse_duration("7d") == timedelta(days=7) and parse_duration("45s") == timedelta(seconds=45)
     assert parse_duration("0") == timedelta(0)

@@ -3,6 +3,7 @@ chunks re-embedded (counted at a real HTTP server), prune, bad files, and a vers
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -110,11 +111,30 @@ def test_prune_removes_deleted_files_from_every_version(conn, corpus, make_model
     v2 = versions.create_version(conn, "h2", "markdown:60:0", "markdown:60:0@1")
     ingest(conn, [corpus], "acme")
     ingest(conn, [corpus], "other")
+    # Logged questions of both tenants citing support.md, and one of acme citing another document.
+    versions.create_version_index(conn, v1)
+    versions.mark_version_ready(conn, v1)
+    cutover.activate_version(conn, v1, force=True)
+    conn.execute("SELECT toolkit.set_query_log(1.0)")
+    for tenant, cited in (("acme", "support.md"), ("acme", "refunds.md"), ("other", "support.md")):
+        with conn.transaction():
+            conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+            results = [{"doc_id": cited, "start": 0, "end": 10, "rank": 1, "score": 0.5}]
+            conn.execute("SELECT toolkit.log_query(%s, %s, 5, %s)", (f"about {cited}", v1, json.dumps(results)))
     (corpus / "support.md").unlink()
     without_prune = ingest(conn, [corpus], "acme")
     assert without_prune.deleted == 0 and chunk_count(conn, v1, "support.md") > 0
     report = ingest(conn, [corpus], "acme", prune=True)
     assert report.deleted == 1
+    # Pruned as toolkit delete deletes: audited (the id as its SHA-256), the logged questions citing it gone.
+    audit = conn.execute(
+        "SELECT action, tenant, doc_id_sha256, reason, counts -> 'documents' FROM toolkit.deletions"
+    ).fetchall()
+    assert audit == [("delete", "acme", [hashlib.sha256(b"support.md").hexdigest()], "toolkit ingest --prune", 1)], (
+        audit
+    )
+    logged = conn.execute("SELECT tenant, results -> 0 ->> 'doc_id' FROM toolkit.query_log ORDER BY 1, 2").fetchall()
+    assert logged == [("acme", "refunds.md"), ("other", "support.md")]
     for v in (v1, v2):
         assert (
             conn.execute(

@@ -80,9 +80,9 @@ def test_granting_a_tenant_without_documents_is_refused_unless_allow_empty(conn,
 def test_a_lookup_that_finds_only_a_building_version_says_it_is_building(conn, make_model):
     import pytest
 
-    from toolkit.cutover import resolve_version
     from toolkit.errors import InputError
     from toolkit.store import versions
+    from toolkit.store.versions import resolve_version
 
     make_model("m", 8)
     building = versions.create_version(conn, "m", "fixed:10:0", "fixed:10:0@1#0")

@@ -39,6 +39,13 @@ VERSION_TABLES = {CHUNK_TABLE: "chunks_v", TERMS_TABLE: "terms_v", TERM_STATS_TA
 # Tables and views: the privileges each role holds (anything not listed is denied). The owner holds every one.
 TABLES = {
     "documents": {"writer": {"SELECT", "INSERT", "UPDATE", "DELETE"}, "deployer": {"SELECT"}},
+    # The metadata filters' keys, written by the documents' trigger only.
+    "document_metadata_keys": {
+        "reader": {"SELECT"},
+        "bound": {"SELECT"},
+        "writer": {"SELECT"},
+        "deployer": {"SELECT"},
+    },
     "models": {"writer": {"SELECT"}, "deployer": {"SELECT"}},
     "versions": {"writer": {"SELECT"}, "deployer": {"SELECT"}},
     "version_transitions": {"writer": {"SELECT"}, "deployer": {"SELECT"}},
@@ -105,6 +112,12 @@ EVERYONE = {
     "_search_filter_texts",
     "_search_filters",
     "_search_filter_values",
+    "_search_filter_condition",
+    "_search_cosine_sql",
+    "_check_search_options",
+    "_mmr_candidates",
+    "_mmr_order",
+    "_metadata_key_value",
     "_check_k",
     "_version_gone",
     "lexical_settings",

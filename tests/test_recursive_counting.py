@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from support import needs_fastokens
 
 from toolkit.chunking import get_chunker
-from toolkit.chunking.base import Chunker, Document
-from toolkit.chunking.recursive import _line_start
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document
+from toolkit.chunking.split import _line_start
 from toolkit.text import tokens
 from toolkit.text.tokens import Cl100kTokenizer
 

@@ -18,22 +18,22 @@ import pytest
 from toolkit import cutover
 from toolkit.chunking import get_chunker
 from toolkit.embedding import get_embedder
-from toolkit.evaluation.offline import HITS_PER_CONTEXT, _contexts, rank_chunks
+from toolkit.evaluation.offline import rank_chunks
 from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
+from toolkit.evaluation.report import HITS_PER_CONTEXT
 from toolkit.evaluation.retrieval import (
     BM25,
     Retrieval,
     assemble,
-    chunk_lexemes,
     cosine_distances,
     fuse,
     order_by,
     passage_budget,
-    query_lexemes,
-    retrieval_settings,
     text_ranking,
 )
+from toolkit.evaluation.scoring import _contexts
 from toolkit.store import versions
+from toolkit.store.lexical import chunk_lexemes, query_lexemes, retrieval_settings
 
 DIMS = 64
 EMBEDDER = get_embedder(f"hashing:{DIMS}")

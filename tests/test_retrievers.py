@@ -240,3 +240,37 @@ def test_the_canary_serves_its_share_through_the_retrievers(conn, versions, read
         lang.close()
         for retriever in llama.values():
             retriever.close()
+
+
+def test_the_retrievers_take_metadata_filters_min_score_and_diversity(conn, versions, reader_url):
+    """The options search() takes, given to each retriever (constructor, or per call in LangChain), give search()'s
+    answer."""
+    from toolkit.integrations.langchain import ToolkitRetriever as LangChainRetriever
+    from toolkit.integrations.llamaindex import ToolkitRetriever as LlamaIndexRetriever
+
+    conn.execute("UPDATE toolkit.documents SET metadata = metadata || '{\"topic\": \"rls\"}' WHERE doc_id LIKE 'row%'")
+    filters = {"metadata": {"topic": "rls"}}
+    plain = search(conn, QUESTION, TENANT, 4, log=False)
+    threshold = sorted(h.score for h in search(conn, QUESTION, TENANT, 4, retrieval="vector", log=False))[1]
+    options = {"filters": filters, "min_score": 0.05, "diversity": 0.7}
+    expected = search(conn, QUESTION, TENANT, 4, log=False, **options)
+    assert expected and {h.doc_id for h in expected} == {"row-security.md"}
+    assert spans(expected) != spans(plain)
+    langchain = LangChainRetriever(database_url=reader_url, tenant=TENANT, k=4, **options)
+    llamaindex = LlamaIndexRetriever(reader_url, tenant=TENANT, k=4, **options)
+    try:
+        got = langchain.invoke(QUESTION)
+        assert [(d.metadata["doc_id"], d.metadata["start"], d.metadata["end"], d.metadata["version"]) for d in got] == (
+            spans(expected)
+        )
+        nodes = llamaindex.retrieve(QUESTION)
+        assert [n.node.metadata["start"] for n in nodes] == [h.start for h in expected]
+        # Per call (LangChain): a threshold on the vector retrieval's cosine similarity, a filter changed.
+        vector = search(conn, QUESTION, TENANT, 4, retrieval="vector", min_score=threshold, log=False)
+        assert len(vector) == 3
+        called = langchain.invoke(QUESTION, retrieval="vector", min_score=threshold, diversity=0.0, filters=None)
+        assert [d.metadata["rank"] for d in called] == [1, 2, 3]
+        assert [(d.metadata["doc_id"], d.metadata["start"]) for d in called] == [(h.doc_id, h.start) for h in vector]
+    finally:
+        langchain.close()
+        llamaindex.close()

@@ -94,6 +94,20 @@ def test_search_returns_the_json_of_toolkit_search(server_url, database_url, ver
     assert httpx.post(f"{server_url}/search", json={"question": QUESTION, "tenant": "nobody"}).json() == []
 
 
+def test_search_takes_metadata_filters_min_score_and_diversity(server_url, database_url, conn, versions):
+    conn.execute("UPDATE toolkit.documents SET metadata = metadata || '{\"topic\": \"rls\"}' WHERE doc_id LIKE 'row%'")
+    options = ["--filter", "metadata.topic=rls", "--min-score", "0.05", "--diversity", "0.7"]
+    printed = cli(database_url, "search", QUESTION, "--tenant", TENANT, "-k", "4", *options, "--format", "json")
+    expected = json.loads(printed.stdout)
+    assert expected and {hit["doc_id"] for hit in expected} == {"row-security.md"}
+    body = {"question": QUESTION, "tenant": TENANT, "k": 4, "min_score": 0.05, "diversity": 0.7}
+    answer = httpx.post(f"{server_url}/search", json={**body, "filters": ["metadata.topic=rls"]})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == expected
+    as_object = httpx.post(f"{server_url}/search", json={**body, "filters": {"metadata": {"topic": "rls"}}})
+    assert as_object.json() == expected
+
+
 def test_embeddings_are_openai_compatible_with_the_prefix_once(server_url, database_url, conn, versions):
     import openai
 
@@ -152,6 +166,9 @@ def test_every_answer_names_its_version_through_a_cutover(server_url, conn, vers
         ("/search", {"question": QUESTION, "tenant": TENANT, "colour": "red"}, 400, "Unknown field 'colour'"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "filters": ["size=3"]}, 400, "not KEY=VALUE"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "version": 99}, 400, "no version 99"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "min_score": "abc"}, 400, "min_score must be a number"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "diversity": 2}, 400, "must be a number from 0 to 1"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "filters": ["metadata.x=[1]"]}, 400, "one value"),
         ("/v1/embeddings", {"input": [], "tenant": TENANT}, 400, "input must be"),
         ("/v1/embeddings", {"input": [QUESTION] * 65, "tenant": TENANT}, 400, "At most 64 inputs"),
         ("/v1/embeddings", {"input": QUESTION, "tenant": TENANT, "dimensions": 3}, 400, "32 dimensions, not 3"),

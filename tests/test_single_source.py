@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from support import ready_version
 
-from toolkit.cutover import resolve_version
 from toolkit.errors import InputError
 from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
-from toolkit.store.versions import create_version
+from toolkit.store.versions import create_version, resolve_version
 
 ROOT = Path(__file__).resolve().parents[1]
 STATES = r"(?:building|ready|verified|active|standby|retired)"

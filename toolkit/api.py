@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 
 from toolkit.backfill import BackfillReport, backfill
-from toolkit.cutover import Cutover, Rollback, cut_over, parse_duration, retire_old_versions, retire_version
+from toolkit.cutover import Cutover, Rollback, cut_over, retire_old_versions, retire_version
 from toolkit.deletion import DeletionReport, Removed, delete_documents, erase_tenant
 from toolkit.errors import (
     DatabaseError,
@@ -31,6 +31,7 @@ from toolkit.question import QuestionVectors, embed_questions
 from toolkit.search import SearchHit, search
 from toolkit.serving import Canary, CanaryChange, ServingModel, change_canary, serving_model
 from toolkit.store.models import Model, register_model
+from toolkit.validation import parse_duration
 from toolkit.verify import VerifyReport, verify_version
 
 __all__ = [

@@ -26,6 +26,7 @@ from psycopg import sql
 from toolkit import validation
 from toolkit.chunking import recommended_spec
 from toolkit.db.connection import connect, translate_errors
+from toolkit.embedding import PROVIDERS
 from toolkit.errors import InputError, StateError
 from toolkit.progress import Progress
 from toolkit.store import versions
@@ -478,7 +479,7 @@ def backfill(
         model = get_model(conn, model_alias)
         chunker_spec = chunker_spec or recommended_spec(model.max_input_tokens)
         if embedder is None:
-            extra = {"rate_limiter": limiter} if model.provider == "openai" and limiter else {}
+            extra = {"rate_limiter": limiter} if PROVIDERS[model.provider].remote and limiter else {}
             embedder = embedder_for_model(model, dimensions, **extra)
             if extra:
                 limiter = None  # the OpenAI client path applies it per request, with Retry-After

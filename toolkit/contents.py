@@ -9,47 +9,25 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from toolkit import validation
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 from toolkit.serving import version_model
+from toolkit.store.contents import VersionChunk, VersionDocument, select_version_chunks, select_version_documents
 
-
-@dataclass(frozen=True)
-class VersionDocument:
-    tenant: str
-    doc_id: str
-    chunks: int
-    parents: int
-    tokens: int
-    first_offset: int
-    last_offset: int
-
-
-@dataclass(frozen=True)
-class VersionChunk:
-    tenant: str
-    chunk_id: str
-    parent_id: str | None
-    is_parent: bool
-    position: int
-    start: int
-    end: int
-    token_count: int
-    heading_path: list[str]
-    pages: list[int] | None
-    text: str
-
-
-def _rows(conn: psycopg.Connection, statement: str, params: tuple) -> list[tuple]:
-    with translate_errors(), conn.transaction():
-        return conn.execute(statement, params).fetchall()
+__all__ = [
+    "DocumentDiff",
+    "Side",
+    "VersionChunk",
+    "VersionDocument",
+    "diff_document",
+    "version_chunks",
+    "version_documents",
+]
 
 
 def version_documents(conn: psycopg.Connection, version: int, tenant: str | None = None) -> list[VersionDocument]:
     """A version's documents (of ``tenant``, or of every tenant this login sees), by tenant and doc id."""
     validation.VERSION_NUMBER.check(version)
-    rows = _rows(conn, "SELECT * FROM toolkit.version_documents(%s, %s)", (version, tenant))
-    return [VersionDocument(*row) for row in rows]
+    return select_version_documents(conn, version, tenant)
 
 
 def version_chunks(
@@ -58,10 +36,7 @@ def version_chunks(
     """One document's chunks in a version, in reading order, then its parent sections (small-to-big). A document
     that more than one tenant has needs ``tenant``; one the version does not hold is refused."""
     validation.VERSION_NUMBER.check(version)
-    rows = [
-        VersionChunk(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], list(r[8] or []), r[9], r[10])
-        for r in _rows(conn, "SELECT * FROM toolkit.version_chunks(%s, %s, %s)", (version, doc_id, tenant))
-    ]
+    rows = select_version_chunks(conn, version, doc_id, tenant)
     tenants = sorted({c.tenant for c in rows})
     if not rows:
         where = f" of tenant {tenant!r}" if tenant else ""

@@ -1,151 +1,56 @@
-"""Cutover, rollback and retirement: the moves that change what is served, each one transaction in SQL
-(``toolkit.activate_version``, ``rollback_version``, ``retire_version``), with a short lock timeout and retries so a
-swap never queues readers for long; and choosing the version a command means (by model alias or number), and the
-versions past the rollback window."""
+"""Cutover, rollback and retirement as the commands do them: the version a command means (by model alias or number),
+the versions past the rollback window, waiting for standby servers before a retirement, and what each move did.
+The statements themselves (one SQL transaction each, with a short lock timeout and retries) are in
+``toolkit.store.lifecycle``."""
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import psycopg
-from psycopg import errors as pg_errors
 
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.store.chunk_table import version_table
+from toolkit.store.lifecycle import (
+    LaggingStandby,
+    ProtectedStandby,
+    activate_version,
+    check_retirable,
+    protected_standby,
+    retire_candidates,
+    retire_refusal,
+    retire_version,
+    rollback_version,
+    rollback_window,
+    set_rollback_window,
+    standby_replay,
+    wal_position,
+)
+from toolkit.store.versions import resolve_version
+from toolkit.validation import parse_duration
 
-# What a cutover, rollback or retirement must lock besides the toolkit's own (private) lock tables.
-_SWAPPED = ("toolkit.active_chunks", "toolkit.live_chunks")
-
-
-def _swap(
-    conn: psycopg.Connection,
-    query: str,
-    params: tuple,
-    lock_timeout_ms: int,
-    attempts: int,
-    tables: tuple[str, ...] = _SWAPPED,
-):
-    # The view swap needs an exclusive lock on the views (a retirement also on the version's table); waiting for it
-    # would queue every new reader behind the swap, so wait briefly and retry instead.
-    for attempt in range(attempts):
-        try:
-            with translate_errors(retry_locks=True), conn.transaction():
-                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
-                return conn.execute(query, params).fetchone()[0]
-        except pg_errors.LockNotAvailable:
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-    raise StateError(
-        f"The change could not take its lock in {attempts} attempts of {lock_timeout_ms} ms: "
-        f"{_holders(conn, tables)}. Retry when that has finished (keep reader transactions short)."
-    )
-
-
-def _holders(conn: psycopg.Connection, tables: tuple[str, ...]) -> str:
-    """Who holds the relations a swap waited for, as ``toolkit._lock_holders`` describes them."""
-    described = []
-    with conn.transaction():
-        for table in tables:
-            row = conn.execute(
-                "SELECT CASE WHEN to_regclass(%s) IS NULL THEN NULL ELSE toolkit._lock_holders(to_regclass(%s)) END",
-                (table, table),
-            ).fetchone()
-            if row[0] and row[0] != "a session that has just ended":
-                described.append(f"{table} is held by {row[0]}")
-    return "; ".join(described) or "the sessions that held the views have just ended"
-
-
-def activate_version(
-    conn: psycopg.Connection,
-    version: int,
-    *,
-    force: bool = False,
-    reason: str | None = None,
-    lock_timeout_ms: int = 200,
-    attempts: int = 20,
-) -> int:
-    """Swaps active_chunks to ``version``; the previous active version becomes standby."""
-    return _swap(
-        conn,
-        "SELECT toolkit.activate_version(%s, %s, %s)",
-        (version, force, reason),
-        lock_timeout_ms,
-        attempts,
-    )
-
-
-def rollback_version(
-    conn: psycopg.Connection, *, reason: str | None = None, lock_timeout_ms: int = 200, attempts: int = 20
-) -> int:
-    """Swaps active_chunks back to the standby version the active one replaced."""
-    return _swap(conn, "SELECT toolkit.rollback_version(%s)", (reason,), lock_timeout_ms, attempts)
-
-
-def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None = None, force: bool = False) -> int:
-    """Drops a non-active version's table; its registry row and audit trail stay. The rollback target inside the
-    rollback window needs ``force`` (SQL refuses it otherwise). A version in a state SQL does not retire from
-    (``toolkit.version_states('retire')``: already retired, say) is refused, not audited again."""
-    check_retirable(conn, version)
-    table = version_table(conn, version).as_string(conn)
-    return _swap(
-        conn, "SELECT toolkit.retire_version(%s, %s, %s)", (version, reason, force), 1000, 5, (*_SWAPPED, table)
-    )
-
-
-def retire_refusal(conn: psycopg.Connection, version: int, *, force: bool = False) -> str | None:
-    """Why ``retire_version`` would refuse ``version`` now (SQL's own rule, ``toolkit.retire_refusal``), or None."""
-    with conn.transaction():
-        row = conn.execute("SELECT message, hint FROM toolkit.retire_refusal(%s, %s)", (version, force)).fetchone()
-    if row is None:
-        return None
-    return f"{row[0][0].upper()}{row[0][1:]}. {row[1]}"
-
-
-def rollback_window(conn: psycopg.Connection) -> timedelta:
-    """The rollback window (``toolkit.settings``): how long the version a cutover replaced is kept from retire."""
-    with conn.transaction():
-        return conn.execute("SELECT toolkit.rollback_window()").fetchone()[0]
-
-
-def set_rollback_window(conn: psycopg.Connection, window: timedelta) -> timedelta:
-    """Sets the rollback window; only the owner role (the DBA) may."""
-    with translate_errors(), conn.transaction():
-        return conn.execute("SELECT toolkit.set_rollback_window(%s)", (window,)).fetchone()[0]
-
-
-@dataclass(frozen=True)
-class ProtectedStandby:
-    """The rollback target that retire keeps (unless forced) until the rollback window ends for it."""
-
-    version: int
-    standby_since: datetime
-    protected_until: datetime
-
-
-def protected_standby(conn: psycopg.Connection) -> ProtectedStandby | None:
-    with conn.transaction():
-        row = conn.execute("SELECT * FROM toolkit.protected_standby()").fetchone()
-    return ProtectedStandby(*row) if row else None
-
-
-@dataclass(frozen=True)
-class LaggingStandby:
-    """A standby streaming from this server that had not replayed, when retire looked, what was written before."""
-
-    standby: str
-    client: str
-    state: str | None
-    replay_lag: timedelta | None
-    known: bool  # False: the owner role may not read the replay position (no pg_read_all_stats)
-
-    def describe(self) -> str:
-        lag = f", replay lag {self.replay_lag}" if self.replay_lag else ""
-        seen = "" if self.known else " (its replay position cannot be read: grant pg_read_all_stats to toolkit_owner)"
-        return f"standby {self.standby or '(unnamed)'} at {self.client} ({self.state or 'state unknown'}{lag}){seen}"
-
+# What callers of the lifecycle reach through this module (the statements live in toolkit.store.lifecycle).
+__all__ = [
+    "Cutover",
+    "LaggingStandby",
+    "ProtectedStandby",
+    "Retirement",
+    "Rollback",
+    "activate_version",
+    "cut_over",
+    "protected_standby",
+    "retire_candidates",
+    "retire_old_versions",
+    "retire_refusal",
+    "retire_version",
+    "retire_versions",
+    "roll_back",
+    "rollback_version",
+    "rollback_window",
+    "set_rollback_window",
+    "wait_for_standbys",
+]
 
 # How long retire waits for standby servers to replay what was written before it.
 STANDBY_WAIT_SECONDS = 10.0
@@ -155,127 +60,13 @@ def wait_for_standbys(conn: psycopg.Connection, timeout: float | None = None) ->
     """Waits (up to ``timeout`` seconds) until every standby streaming from this server has replayed what was
     written before this call: the last cutover among it, so the standby's readers have seen which version serves.
     Returns the standbys still behind (empty: none, or no standby)."""
-    with conn.transaction():
-        position = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    position = wal_position(conn)
     deadline = time.monotonic() + (STANDBY_WAIT_SECONDS if timeout is None else timeout)
     while True:
-        with conn.transaction():
-            rows = conn.execute(
-                "SELECT standby, client, state, replay_lag, caught_up FROM toolkit.standby_replay(%s)", (position,)
-            ).fetchall()
-        behind = [LaggingStandby(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows if not r[4]]
+        behind = standby_replay(conn, position)
         if not behind or all(not b.known for b in behind) or time.monotonic() > deadline:
             return behind
         time.sleep(0.05)  # polling the standbys' replay position, which no notification reports
-
-
-def check_retirable(conn: psycopg.Connection, version: int) -> None:
-    """Refuses (``InputError``) a version that does not exist or is in a state SQL does not retire from; the active
-    version is left to SQL's own refusal."""
-    with conn.transaction():
-        state, retirable = conn.execute(
-            "SELECT v.state, v.state = ANY (toolkit.version_states('retire')) FROM toolkit.versions AS v"
-            " WHERE v.version = %s",
-            (version,),
-        ).fetchone() or (None, None)
-    if state is None:
-        raise InputError(f"There is no version {version}. Run toolkit status to list them.")
-    if not retirable and state != "active":  # SQL words the active version's refusal itself
-        raise InputError(f"Version {version} is {state}; there is nothing to retire.")
-
-
-def resolve_version(
-    conn: psycopg.Connection,
-    model_alias: str | None = None,
-    chunker_spec: str | None = None,
-    version: int | None = None,
-    *,
-    action: str,
-) -> int:
-    """The one version for a model (and chunker) in a state SQL accepts for the action
-    (``toolkit.version_states(action)``: activate, canary, shadow, verify, retire), or the version given by number."""
-    if version is not None and (model_alias or chunker_spec):
-        raise InputError(
-            f"Name the version one way: --version {version}, or --model (and --chunker), not both; they could "
-            "name different versions."
-        )
-    if version is not None:
-        with conn.transaction():
-            row = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
-        if row is None:
-            raise InputError(f"There is no version {version}. Run toolkit status to list them.")
-        return version
-    if not model_alias:
-        raise InputError("Name the version: --model ALIAS (and --chunker SPEC if it has several), or --version N.")
-    query = (
-        "SELECT version, chunker_spec FROM toolkit.versions"
-        " WHERE model_alias = %s AND state = ANY (toolkit.version_states(%s))"
-    )
-    params: list = [model_alias, action]
-    if chunker_spec:
-        from toolkit.chunking import get_chunker
-
-        query += " AND chunker_version = %s"
-        params.append(get_chunker(chunker_spec).version)
-    with conn.transaction():
-        rows = conn.execute(query + " ORDER BY version", params).fetchall()
-    if not rows:
-        with conn.transaction():  # only to say which states were looked for
-            states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
-            known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
-            others = conn.execute(
-                "SELECT version, state FROM toolkit.versions WHERE model_alias = %s AND state <> 'retired'"
-                " ORDER BY version",
-                (model_alias,),
-            ).fetchall()
-        if known is None:
-            raise InputError(
-                f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
-                "ones."
-            )
-        has = f" (it has {', '.join(f'version {v} {state}' for v, state in others)})" if others else ""
-        building = any(state == "building" for _, state in others)
-        raise InputError(
-            f"No {'/'.join(states)} version uses the model {model_alias!r}"
-            + (f" with chunker {chunker_spec}" if chunker_spec else "")
-            + has
-            + (
-                ". A building version is not complete: finish it with toolkit backfill (it resumes)."
-                if building
-                else ". Build one with toolkit backfill, or check toolkit status."
-            )
-        )
-    if len(rows) > 1:
-        listing = ", ".join(f"{v} ({spec})" for v, spec in rows)
-        raise InputError(
-            f"The model {model_alias!r} has several versions: {listing}. Pick one with --chunker or --version."
-        )
-    return rows[0][0]
-
-
-def parse_duration(text: str) -> timedelta:
-    """'7d', '12h', '30m', '45s', '0' → a timedelta. A number needs its unit (only 0 goes without): a bare 30 read as
-    seconds made ``--retention 30`` keep questions 30 seconds and ``retire --older-than 7`` retire every standby."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text or "")
-    if not match:
-        raise InputError(f"{text!r} is not a duration; write e.g. 7d, 12h, 30m or 0.")
-    value, unit = float(match.group(1)), match.group(2)
-    if not unit and value != 0:
-        number = match.group(1)
-        raise InputError(
-            f"{text!r} has no unit; say {number}d, {number}h, {number}m or {number}s (only 0 goes without one)."
-        )
-    unit = unit or "s"
-    return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
-
-
-def retire_candidates(conn: psycopg.Connection, older_than: timedelta) -> list[tuple[int, str]]:
-    """Standby and abandoned building versions whose state is older than the window, as SQL decides
-    (``toolkit.retire_candidates``): a building version whose rows were written within the window is a backfill
-    still running, a canary candidate is serving, the rollback target inside the rollback window is kept, and
-    ready/verified versions (awaiting verification or cutover) are never chosen by age."""
-    with translate_errors(), conn.transaction():
-        return [tuple(r) for r in conn.execute("SELECT * FROM toolkit.retire_candidates(%s)", (older_than,))]
 
 
 def retire_old_versions(conn: psycopg.Connection, older_than: timedelta, *, dry_run: bool = False) -> list[int]:

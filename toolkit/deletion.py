@@ -10,18 +10,10 @@ from dataclasses import asdict, dataclass, field
 
 import psycopg
 
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
+from toolkit.store.deletions import Removed, run_delete_documents, run_erase_tenant
 
-
-@dataclass(frozen=True)
-class Removed:
-    """The rows of one table removed (or, in a dry run, to remove): ``documents``, ``query_log``,
-    ``tenant_bindings``, or a version's chunk table (``chunks_vN``, with ``version``)."""
-
-    relation: str
-    version: int | None
-    rows: int
+__all__ = ["DeletionReport", "Removed", "delete_documents", "erase_tenant"]
 
 
 @dataclass(frozen=True)
@@ -40,12 +32,6 @@ class DeletionReport:
         return {**asdict(self), "rows": self.rows}
 
 
-def _run(conn: psycopg.Connection, statement: str, params: tuple) -> list[Removed]:
-    with translate_errors(), conn.transaction():
-        rows = conn.execute(statement, params).fetchall()
-    return [Removed(relation, version, removed) for relation, version, removed in rows]
-
-
 def delete_documents(
     conn: psycopg.Connection,
     tenant: str,
@@ -62,11 +48,7 @@ def delete_documents(
     ids = sorted(set(doc_ids))
     if not ids:
         raise InputError("Name one or more documents to delete (their doc ids, as toolkit show lists them).")
-    removed = _run(
-        conn,
-        "SELECT relation, version, removed FROM toolkit.delete_documents(%s, %s, %s, %s)",
-        (tenant, ids, dry_run, reason),
-    )
+    removed = run_delete_documents(conn, tenant, ids, dry_run, reason)
     return DeletionReport("delete", tenant, dry_run, ids, removed)
 
 
@@ -76,7 +58,5 @@ def erase_tenant(
     """Erases ``tenant``: its documents, its rows in every live version, its logged questions and the logins'
     bindings to it, in one transaction (the deployer's or the owner's right). A tenant of which nothing is stored is
     refused. With ``dry_run`` nothing changes and the counts say what would go."""
-    removed = _run(
-        conn, "SELECT relation, version, removed FROM toolkit.erase_tenant(%s, %s, %s)", (tenant, dry_run, reason)
-    )
+    removed = run_erase_tenant(conn, tenant, dry_run, reason)
     return DeletionReport("erase", tenant, dry_run, [], removed)

@@ -150,7 +150,8 @@ def ingest(
                     (tenant, root),
                 ).fetchall()
                 stale += [r[0] for r in rows if r[0] not in seen]
-            report.deleted = delete_documents(conn, tenant, sorted(stale))
+            # As toolkit delete does (audited, the logged questions citing them too), in this transaction.
+            report.deleted = delete_documents(conn, tenant, sorted(stale), reason="toolkit ingest --prune")
     progress.finish()
     return report
 

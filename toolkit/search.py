@@ -8,6 +8,7 @@ changes nothing for the request; a version retired meanwhile raises VersionUnava
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import re
 import threading
@@ -24,7 +25,9 @@ from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
 from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
 
-FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels")
+FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels", "metadata")
+# A metadata filter as typed: metadata.KEY=VALUE (a top-level key of documents.metadata, equal to VALUE).
+METADATA_PREFIX = "metadata."
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
 # The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
@@ -94,17 +97,56 @@ def parse_retrieval(retrieval: str | None, *, hybrid: bool = False, expand: str 
     return retrieval
 
 
+def parse_metadata_value(key: str, text: str):
+    """The value of ``metadata.KEY=VALUE``: JSON text (``2024``, ``true``, ``null``, ``"2024"``), or the text itself
+    as a string when it is not JSON (``en``). An object or a list is refused: a filter compares one value."""
+    try:
+        # NaN and Infinity are not JSON: as typed, they are strings.
+        value = json.loads(text, parse_constant=lambda constant: constant)
+    except ValueError:
+        if text.strip()[:1] in ("{", "[", '"'):
+            raise InputError(
+                f"The metadata filter {key} has a value that starts like JSON but is not JSON "
+                f"({validation.shown(text)}); write a string, a number, true, false or null, e.g. metadata.lang=en "
+                "or metadata.year=2024."
+            ) from None
+        return text
+    if isinstance(value, dict | list):
+        raise InputError(
+            f"The metadata filter {key} compares a top-level key with one value, not with a JSON "
+            f"{'object' if isinstance(value, dict) else 'list'}; give one string, number, true, false or null."
+        )
+    return value
+
+
 def parse_filters(pairs: Sequence[str]) -> dict:
-    """Turns ``KEY=VALUE`` strings into the filters object; a key given twice collects its values."""
+    """Turns ``KEY=VALUE`` strings into the filters object; a key given twice collects its values.
+    ``metadata.KEY=VALUE`` filters on a top-level key of the document's metadata (``parse_metadata_value``)."""
     filters: dict = {}
     for pair in pairs:
+        if pair.strip().startswith(METADATA_PREFIX):
+            key, sep, text = pair.strip().partition("=")
+            name = key[len(METADATA_PREFIX) :].strip()
+            if not sep or not name:
+                raise InputError(
+                    f"The metadata filter {validation.shown(pair)} is not metadata.KEY=VALUE with a key; "
+                    "e.g. --filter metadata.lang=en."
+                )
+            metadata = filters.setdefault("metadata", {})
+            if name in metadata:
+                raise InputError(f"The metadata filter {name} was given twice; it takes one value.")
+            metadata[name] = parse_metadata_value(name, text)
+            continue
         parsed = validation.key_value(pair, FILTER_KEYS)
         if parsed is None:
             raise InputError(
-                f"The filter {pair!r} is not KEY=VALUE with a known key; the keys are {', '.join(FILTER_KEYS)} "
-                "(e.g. --filter doc_id=guide.md --filter updated_after=2026-01-01)."
+                f"The filter {pair!r} is not KEY=VALUE with a known key; the keys are {', '.join(FILTER_KEYS[:-1])} "
+                "and metadata.KEY (e.g. --filter doc_id=guide.md --filter updated_after=2026-01-01 "
+                "--filter metadata.lang=en)."
             )
         key, value = parsed
+        if key == "metadata":
+            raise InputError("Write a metadata filter as metadata.KEY=VALUE, e.g. --filter metadata.lang=en.")
         if key == "heading_prefix":
             value = [part.strip() for part in value.split(">")]
             filters[key] = value
@@ -172,6 +214,8 @@ def search(
     version: int | None = None,
     request_key: str | None = None,
     ef_search: int | None = None,
+    min_score: float | None = None,
+    diversity: float = 0.0,
     role: str | None = READER_ROLE,
     log: bool = True,
 ) -> list[SearchHit]:
@@ -187,7 +231,12 @@ def search(
     settings' budget: what toolkit verify gates and toolkit eval measures), ``hybrid`` (fused chunks) or
     ``vector`` (chunks by distance); full text needs the question's text (``query_text`` with a vector: without
     it, passages are assembled from the vector hits alone).
-    ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big). The
+    ``hybrid=True`` is ``retrieval="hybrid"``. ``expand`` is ``parent`` or ``window:N`` (small-to-big).
+    ``filters`` may hold ``metadata``: ``{"lang": "en", "year": 2024}`` keeps the documents whose metadata has each
+    top-level key equal to its value. ``min_score`` (-1 to 1) drops the hits whose cosine similarity to the question
+    is below it, in every retrieval (passages are made of the hits that pass); fewer than k may come back.
+    ``diversity`` (MMR lambda, 0 to 1; 0 is off) re-ranks the candidates by maximal marginal relevance, trading
+    similarity to the question for dissimilarity to the hits already taken. The
     search runs as ``role`` (the reader: row-level security applies as for applications) when the connected user
     may take it; ``role=None`` keeps the current role. A pinned version that was retired meanwhile raises
     VersionUnavailableError: read the serving model again and retry. With the query log on (toolkit query-log), a
@@ -197,12 +246,19 @@ def search(
     validation.RESULTS.check(k)
     validation.EF_SEARCH.check_optional(ef_search)
     validation.VERSION_NUMBER.check_optional(version)
+    min_score = validation.MIN_SCORE.check_optional(min_score)
+    diversity = validation.DIVERSITY.check(diversity)
     expand = parse_expand(expand)
     retrieval = parse_retrieval(retrieval, hybrid=hybrid, expand=expand)
     if max_tokens is not None:
         if retrieval != "passages":
             raise InputError("max_tokens is the passages' token budget; it applies to the passages retrieval only.")
         validation.PASSAGE_TOKENS.check(max_tokens)
+    if expand and (min_score is not None or diversity):
+        raise InputError(
+            "--min-score and --diversity choose among hits; --expand returns their parents or windows: use one or "
+            "the other."
+        )
     unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
     if unknown:
         raise InputError(f"Unknown search filter {unknown[0]!r}; the filters are {', '.join(FILTER_KEYS)}.")
@@ -238,6 +294,8 @@ def search(
         "filters": Jsonb(filters or {}),
         "model": query_model,
         "version": version,
+        "min_score": None if min_score is None else float(min_score),
+        "diversity": float(diversity),
     }
     if expand:
         params.update(expand=expand, text=query_text if retrieval == "hybrid" else None)
@@ -249,16 +307,19 @@ def search(
         params.update(text=query_text, max_tokens=max_tokens)
         statement = (
             "SELECT * FROM toolkit.search_passages(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s, %(version)s,"
-            " %(max_tokens)s)"
+            " %(max_tokens)s, %(min_score)s, %(diversity)s)"
         )
     elif retrieval == "hybrid":
         params["text"] = query_text
         statement = (
             "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s,"
-            " query_version => %(version)s)"
+            " query_version => %(version)s, min_score => %(min_score)s, diversity => %(diversity)s)"
         )
     else:
-        statement = "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s)"
+        statement = (
+            "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s, %(min_score)s,"
+            " %(diversity)s)"
+        )
 
     _adapt_vectors(conn)
     started = time.perf_counter()

@@ -52,7 +52,19 @@ STATEMENT_TIMEOUT = "10s"  # per SQL statement of a request
 POOL_WAIT_SECONDS = 10.0  # for a free database connection
 RETRIES = 3  # a version retired between serving_model() and the search: read the serving model again
 VERSION_HEADER = "X-Toolkit-Version"
-SEARCH_FIELDS = {"question", "tenant", "k", "request_key", "filters", "principals", "hybrid", "expand", "version"}
+SEARCH_FIELDS = {
+    "question",
+    "tenant",
+    "k",
+    "request_key",
+    "filters",
+    "principals",
+    "hybrid",
+    "expand",
+    "version",
+    "min_score",
+    "diversity",
+}
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions", "user", "tenant", "request_key"}
 
 
@@ -190,6 +202,13 @@ class App:
             options["hybrid"] = True
         if body.get("expand") is not None:
             options["expand"] = _text(body["expand"], "expand")
+        # Numbers checked by search() (the same rules as the CLI's); a string is not a number here.
+        for name in ("min_score", "diversity"):
+            value = body.get(name)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise RequestError(400, f"{name} must be a number.")
+                options[name] = value
         k = _integer(body.get("k", 5), "k")
         filters = body.get("filters") or {}
         if isinstance(filters, list):

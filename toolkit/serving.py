@@ -1,58 +1,31 @@
 """Serving across a migration: which version (and model) a request's question is embedded for and searched in
 (``toolkit.serving_model``: the active version, or the canary candidate for a share of request keys and for whole
-tenants), and the canary that sets that share. SQL holds the split and its audit; this module calls it. Also what
-the commands that change or show what is served call: ``change_canary``, ``cut_over`` and ``roll_back`` (which
-version serves, reported as dataclasses), ``configure_query_log``, and ``overview`` (``toolkit status``)."""
+tenants), and the canary that sets that share. SQL holds the split and its audit; the statements are in
+``toolkit.store.serving``. Also what ``toolkit canary`` and ``toolkit query-log`` call: ``change_canary`` and
+``configure_query_log`` (``cut_over`` / ``roll_back`` are in ``toolkit.cutover``, ``overview`` in
+``toolkit.status``)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 import psycopg
 
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
+from toolkit.store.serving import (
+    READER_ROLE,
+    Canary,
+    ServingModel,
+    as_reader,
+    select_canary,
+    select_serving_model,
+    select_version_model,
+    write_canary,
+)
 
-READER_ROLE = "toolkit_reader"
-
-
-@dataclass(frozen=True)
-class ServingModel:
-    """What ``toolkit.serving_model(request_key)`` returns: the version a request's question is embedded for and
-    searched in, its model, and whether it serves as the active version or as the canary."""
-
-    version: int
-    model_alias: str
-    provider: str
-    model_name: str
-    revision: str
-    dimensions: int
-    distance: str
-    storage: str
-    chunker_version: str
-    query_prefix: str
-    serving: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@contextlib.contextmanager
-def as_reader(
-    conn: psycopg.Connection, tenant: str, principals: Sequence[str] | None = (), role: str | None = READER_ROLE
-) -> Iterator[None]:
-    """A read-only transaction as ``role`` (when the connected user may take it), the tenant and principals set.
-    Rolled back at the end: the role and settings end with it, even inside a transaction of the caller's (SET
-    LOCAL would otherwise last until the caller's transaction ends)."""
-    with conn.transaction(force_rollback=True):
-        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
-            conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        conn.execute("SELECT toolkit.set_principals(%s)", (list(principals or []),))
-        yield
+__all__ = ["READER_ROLE", "Canary", "ServingModel", "as_reader"]
 
 
 def serving_model(
@@ -62,46 +35,22 @@ def serving_model(
     canary candidate for its share of request keys and for its tenants, else the active version)."""
     if not isinstance(tenant, str) or not tenant:
         raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
-    with translate_errors(), as_reader(conn, tenant, role=role):
-        row = conn.execute("SELECT * FROM toolkit.serving_model(%s)", (request_key,)).fetchone()
+    row = select_serving_model(conn, tenant, request_key, role)
     if row is None:
         raise StateError("No version is active, so there is nothing to search. Activate one with toolkit cutover.")
-    return ServingModel(*row)
+    return row
 
 
 def version_model(conn: psycopg.Connection, version: int) -> ServingModel:
     """The model a given version's questions are embedded with (for a search pinned to that version)."""
-    with translate_errors(), conn.transaction():
-        row = conn.execute("SELECT * FROM toolkit.version_model(%s)", (version,)).fetchone()
+    row = select_version_model(conn, version)
     if row is None:
         raise InputError(f"There is no version {version}. Run toolkit status to list them.")
-    return ServingModel(*row)
-
-
-@dataclass(frozen=True)
-class Canary:
-    """The canary, when one runs (``toolkit.canary_status()``)."""
-
-    candidate: int
-    model_alias: str
-    percent: float
-    tenants: list[str]
-    forced: bool
-    evaluation_id: int | None
-    started_at: object
-    changed_at: object
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    return row
 
 
 def canary_status(conn: psycopg.Connection) -> Canary | None:
-    with translate_errors(), conn.transaction():
-        row = conn.execute("SELECT * FROM toolkit.canary_status()").fetchone()
-    if row is None:
-        return None
-    candidate, alias, percent, tenants, *rest = row
-    return Canary(candidate, alias, float(percent), list(tenants), *rest)
+    return select_canary(conn)
 
 
 def set_canary(
@@ -125,8 +74,7 @@ def set_canary(
     if not share.is_finite() or not 0 <= share <= 100:
         raise InputError(f"--percent must be a number from 0 to 100, not {percent!r}.")
     tenants = [t.strip() for t in tenants if t.strip()]
-    with translate_errors(), conn.transaction():
-        conn.execute("SELECT toolkit.set_canary(%s, %s, %s, %s, %s)", (version, share, tenants, force, reason))
+    write_canary(conn, version, share, tenants, force, reason)
     return canary_status(conn)
 
 
@@ -167,7 +115,7 @@ def change_canary(
         return CanaryChange("ended", None, end_canary(conn, reason=reason))
     if percent is None and tenants is None:
         return CanaryChange("shown", canary_status(conn))
-    from toolkit.cutover import resolve_version
+    from toolkit.store.versions import resolve_version
 
     target = resolve_version(conn, model_alias, chunker_spec, version, action="canary")
     names = tenants.split(",") if isinstance(tenants, str) else list(tenants or ())
@@ -196,8 +144,8 @@ def configure_query_log(
 ) -> QueryLogChange:
     """Sets the query log's sample rate (``off``: 0; unchanged when only ``retention`` is given) and retention (a
     timedelta or a duration such as 30d), prunes it if asked, and returns its status."""
-    from toolkit.cutover import parse_duration
     from toolkit.store.query_log import prune_query_log, query_log_status, set_query_log
+    from toolkit.validation import parse_duration
 
     pruned = None
     if off or sample_rate is not None or retention is not None:

@@ -250,7 +250,8 @@ def shadow_version(
     """``shadow`` of the version named by its model (and chunker) or its number (``toolkit.cutover.resolve_version``),
     on the questions of ``queries_path`` (``questions_from_file``) or, without it, of the query log of the last
     ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``, at most ``max_questions``)."""
-    from toolkit.cutover import parse_duration, resolve_version
+    from toolkit.store.versions import resolve_version
+    from toolkit.validation import parse_duration
 
     candidate = resolve_version(conn, model_alias, chunker_spec, version, action="shadow")
     if queries_path:

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import psycopg
 
 from toolkit.serving import Canary, canary_status
+from toolkit.store.documents import document_tenants
 
 
 @dataclass
@@ -47,16 +48,14 @@ def overview(conn: psycopg.Connection) -> Overview:
 def document_counts(conn: psycopg.Connection) -> dict | None:
     """Documents and tenants (``toolkit.document_tenants()``); None for a role that may not count them."""
     try:
-        with conn.transaction():
-            rows = conn.execute("SELECT documents FROM toolkit.document_tenants()").fetchall()
+        counts = document_tenants(conn)
     except psycopg.errors.InsufficientPrivilege:
         return None
-    return {"documents": sum(r[0] for r in rows), "tenants": len(rows)}
+    return {"documents": sum(counts.values()), "tenants": len(counts)}
 
 
 def tenants_without_documents(conn: psycopg.Connection, tenants) -> list[str]:
     """Those of ``tenants`` that have no document (``toolkit.document_tenants()``): binding a login to one is most
     often a typo, and the login would then see nothing, silently."""
-    with conn.transaction():
-        having = {row[0] for row in conn.execute("SELECT tenant FROM toolkit.document_tenants()").fetchall()}
+    having = document_tenants(conn)
     return [tenant for tenant in dict.fromkeys(tenants) if tenant not in having]

@@ -8,7 +8,9 @@ The library functions call these rules; the command line uses the same rules as 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 from toolkit.errors import InputError
 
@@ -109,6 +111,11 @@ MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
 RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
 PASSAGE_TOKENS = NumberRule("the passages' token budget (max_tokens)", 1, 10_000_000)
+# toolkit._check_search_options in SQL refuses the same (a test keeps the two equal).
+MIN_SCORE = NumberRule(
+    "the score threshold (min_score)", -1, 1, whole=False, hint="it is a cosine similarity of question and chunk"
+)
+DIVERSITY = NumberRule("the diversity (MMR lambda)", 0, 1, whole=False, hint="0 is off, 1 is as diverse as it gets")
 RECALL = NumberRule("the recall floor", 0, 1, whole=False, hint="recall@k is a share of the queries")
 QUERY_SET_SIZE = NumberRule("the smallest query set", 1, 1_000_000)
 RECALL_DROP = NumberRule("the allowed recall drop", 0, 1, whole=False, hint="recall@k is a share of the queries")
@@ -297,3 +304,19 @@ def parse_options(pairs) -> dict:
         else:
             options[key] = value
     return options
+
+
+def parse_duration(text: str) -> timedelta:
+    """'7d', '12h', '30m', '45s', '0' → a timedelta. A number needs its unit (only 0 goes without): a bare 30 read as
+    seconds made ``--retention 30`` keep questions 30 seconds and ``retire --older-than 7`` retire every standby."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhms]?)\s*", text or "")
+    if not match:
+        raise InputError(f"{text!r} is not a duration; write e.g. 7d, 12h, 30m or 0.")
+    value, unit = float(match.group(1)), match.group(2)
+    if not unit and value != 0:
+        number = match.group(1)
+        raise InputError(
+            f"{text!r} has no unit; say {number}d, {number}h, {number}m or {number}s (only 0 goes without one)."
+        )
+    unit = unit or "s"
+    return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})

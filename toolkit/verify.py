@@ -246,7 +246,7 @@ def verify_version(
     """``verify`` of the version named by its model (and chunker) or its number, in a state that may be verified
     (``toolkit.cutover.resolve_version``); ``options`` are ``verify``'s (k, tenant, min_recall, max_drop,
     min_queries)."""
-    from toolkit.cutover import resolve_version
+    from toolkit.store.versions import resolve_version
 
     candidate = resolve_version(conn, model_alias, chunker_spec, version, action="verify")
     return verify(conn, candidate, queries_path, **options)

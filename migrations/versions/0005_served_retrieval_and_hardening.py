@@ -16,7 +16,12 @@ branch_labels = None
 depends_on = None
 
 # The incremental SQL files this revision applies, once, in order.
-INCREMENTAL = ["006-roles-and-query-log-bounds.sql", "007-operations-settings.sql", "008-deletions.sql"]
+INCREMENTAL = [
+    "006-roles-and-query-log-bounds.sql",
+    "007-operations-settings.sql",
+    "008-deletions.sql",
+    "009-document-metadata-keys.sql",
+]
 
 
 def upgrade() -> None:
@@ -27,6 +32,9 @@ def downgrade() -> None:
     connection = op.get_bind().connection.driver_connection
     connection.execute("SET LOCAL ROLE toolkit_owner")
     connection.execute("DROP TABLE IF EXISTS toolkit.settings")  # 007: the rollback window (a setting, no data)
+    # 009: the metadata filters' keys (derived from documents.metadata, no data of their own) and their trigger
+    connection.execute("DROP TRIGGER IF EXISTS sync_metadata_keys ON toolkit.documents")
+    connection.execute("DROP TABLE IF EXISTS toolkit.document_metadata_keys")
     connection.execute("RESET ROLE")
     # The functions, views, policies and grants of the release at 0004. Functions whose signature or result type
     # this release changed are listed in ``replaced`` (with their argument types, as 0004 declared them).
@@ -38,5 +46,9 @@ def downgrade() -> None:
             "toolkit.query_log_status()",  # 0005 added the bounds and their counters
             "toolkit.logged_questions(timestamptz, text, integer)",  # 0005 added max_questions
             "toolkit.retire_version(integer, text, boolean)",  # ops: gained force
+            # 0005 added min_score and diversity (this release's signatures: 0004's are created again)
+            "toolkit.search_chunks(vector, integer, jsonb, text, integer, double precision, double precision)",
+            "toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer, integer,"
+            " double precision, double precision)",
         ],
     )

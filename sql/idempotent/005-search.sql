@@ -23,9 +23,11 @@ BEGIN
     FOR f IN
         SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
         WHERE p.pronamespace = 'toolkit'::regnamespace
-            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context')
+            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context', 'search_passages')
             AND (pg_get_function_identity_arguments(p.oid) NOT LIKE '%query_version integer%'
-                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%')
+                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%'
+                OR (p.proname <> 'search_context'
+                    AND pg_get_function_identity_arguments(p.oid) NOT LIKE '%diversity double precision%'))
     LOOP
         EXECUTE format('DROP FUNCTION %s', f);
     END LOOP;
@@ -229,6 +231,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     filter_name text;
+    wanted jsonb;
+    metadata_key text;
+    metadata_value jsonb;
+    matched text[];
+    search_tenant text;
+    pairs text[];
 BEGIN
     IF filters IS NULL OR jsonb_typeof(filters) = 'null' THEN
         RETURN;
@@ -240,12 +248,12 @@ BEGIN
     END IF;
     FOR filter_name IN SELECT jsonb_object_keys(filters) LOOP
         IF filter_name NOT IN (
-            'doc_id', 'doc_id_prefix', 'heading_prefix', 'updated_after', 'updated_before', 'labels'
+            'doc_id', 'doc_id_prefix', 'heading_prefix', 'updated_after', 'updated_before', 'labels', 'metadata'
         ) THEN
             RAISE EXCEPTION 'unknown search filter %', quote_literal(filter_name)
                 USING ERRCODE = 'invalid_parameter_value',
                       HINT = 'The filters are doc_id, doc_id_prefix, heading_prefix, updated_after, '
-                          'updated_before and labels.';
+                          'updated_before, labels and metadata.';
         END IF;
     END LOOP;
 
@@ -257,6 +265,152 @@ BEGIN
     updated_after := (filters ->> 'updated_after')::timestamptz;
     updated_before := (filters ->> 'updated_before')::timestamptz;
 
+    -- metadata: {"key": value, ...}, each a top-level key of documents.metadata equal to a JSON scalar (all of them
+    -- must hold). The documents matching it narrow doc_id: every search applies the filters through that one
+    -- condition. Found as the caller (row-level security applies) through toolkit.document_metadata_keys' primary key
+    -- (the documents holding every key and value), then checked with @> on the documents themselves.
+    wanted := filters -> 'metadata';
+    IF wanted IS NOT NULL AND jsonb_typeof(wanted) <> 'null' THEN
+        IF jsonb_typeof(wanted) <> 'object' THEN
+            RAISE EXCEPTION 'the search filter metadata must be a JSON object of top-level keys and values, not %',
+                wanted
+                USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"metadata": {"lang": "en"}}.';
+        END IF;
+        FOR metadata_key, metadata_value IN SELECT e.key, e.value FROM jsonb_each(wanted) AS e LOOP
+            IF metadata_key = '' THEN
+                RAISE EXCEPTION 'a metadata filter needs a key: the empty key names nothing'
+                    USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"metadata": {"lang": "en"}}.';
+            END IF;
+            IF jsonb_typeof(metadata_value) IN ('object', 'array') THEN
+                RAISE EXCEPTION 'the metadata filter % compares a top-level key with one value (a string, a number, '
+                    'true, false or null), not with %', quote_literal(metadata_key), metadata_value
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END LOOP;
+        IF wanted <> '{}' THEN
+            search_tenant := toolkit._search_tenant();
+            pairs := ARRAY(SELECT toolkit._metadata_key_value(e.key, e.value) FROM jsonb_each(wanted) AS e);
+            matched := ARRAY(
+                SELECT d.doc_id FROM toolkit.documents AS d
+                WHERE d.tenant = search_tenant AND d.doc_id IN (
+                    SELECT m.doc_id FROM toolkit.document_metadata_keys AS m
+                    WHERE m.tenant = search_tenant AND m.key_value = ANY (pairs)
+                    GROUP BY m.doc_id HAVING count(*) = cardinality(pairs)
+                ) AND d.metadata @> wanted
+                ORDER BY d.doc_id
+            );
+            doc_ids := CASE WHEN doc_ids IS NULL THEN matched
+                ELSE ARRAY(SELECT x.id FROM unnest(doc_ids) AS x (id) WHERE x.id = ANY (matched)) END;
+        END IF;
+    END IF;
+END
+$$;
+
+-- The search filters as one condition on a version's chunk row `c`, over the values _search_filter_values returns
+-- passed as $5 .. $10 (every search function passes them there). Written statically, `($n IS NULL OR ...)`: the
+-- statement is planned with its values, so an unset filter folds away and the plan is the unfiltered one.
+CREATE OR REPLACE FUNCTION toolkit._search_filter_condition()
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT '($5::text[] IS NULL OR c.doc_id = ANY ($5))'
+        ' AND ($6::text[] IS NULL'
+        '  OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
+        ' AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
+        ' AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
+        ' AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
+        ' AND ($10::text[] IS NULL OR c.access_labels && $10)'
+$$;
+
+-- Refuses a score threshold or a diversity a search cannot use. min_score is a cosine similarity of the question's
+-- embedding to a chunk's (-1 .. 1, NULL: none); diversity is MMR's lambda (0 .. 1, 0: off). Both compare
+-- embeddings, so they need the query's.
+CREATE OR REPLACE FUNCTION toolkit._check_search_options(
+    min_score double precision, diversity double precision, has_embedding boolean
+)
+RETURNS void
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF min_score IS NOT NULL AND NOT (min_score BETWEEN -1 AND 1) THEN
+        RAISE EXCEPTION 'min_score is a cosine similarity, from -1 to 1, not %', min_score
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Leave it NULL for no threshold.';
+    END IF;
+    IF diversity IS NULL OR NOT (diversity BETWEEN 0 AND 1) THEN
+        RAISE EXCEPTION 'diversity (MMR lambda) must be from 0 (off) to 1, not %', coalesce(diversity::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT has_embedding AND (min_score IS NOT NULL OR diversity > 0) THEN
+        RAISE EXCEPTION 'min_score and diversity compare the question''s embedding with the chunks'', '
+            'but the search has no query embedding'
+            USING ERRCODE = 'invalid_parameter_value', HINT = 'Pass the query embedding too.';
+    END IF;
+END
+$$;
+
+-- How many candidates MMR (diversity > 0) chooses the k hits from: 4 x k, at least 20, at most search_max_k().
+CREATE OR REPLACE FUNCTION toolkit._mmr_candidates(k integer)
+RETURNS integer
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT least(greatest(4 * k, 20), toolkit.search_max_k())
+$$;
+
+-- Maximal marginal relevance: the order in which to take up to k of n candidates (their 1-based positions).
+-- relevance[i] is candidate i's cosine similarity to the question; similarity holds the n x n cosine similarities
+-- between candidates, row by row (similarity[(i - 1) * n + j]). Each step takes the candidate with the largest
+-- (1 - diversity) x relevance - diversity x (its largest similarity to those already taken); ties go to the earlier
+-- candidate (the search's own order). diversity 0 keeps the order of relevance.
+CREATE OR REPLACE FUNCTION toolkit._mmr_order(
+    relevance double precision[], similarity double precision[], k integer, diversity double precision
+)
+RETURNS integer[]
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer := coalesce(cardinality(relevance), 0);
+    closest double precision[] := array_fill(NULL::double precision, ARRAY[greatest(n, 1)]);
+    taken boolean[] := array_fill(false, ARRAY[greatest(n, 1)]);
+    chosen integer[] := '{}';
+    best integer;
+    best_value double precision;
+    candidate_value double precision;
+    i integer;
+BEGIN
+    IF n > 0 AND cardinality(similarity) <> n * n THEN
+        RAISE EXCEPTION 'MMR needs % similarities for % candidates, not %', n * n, n, cardinality(similarity)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    WHILE cardinality(chosen) < least(k, n) LOOP
+        best := NULL;
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN taken[i];
+            candidate_value := (1 - diversity) * relevance[i] - diversity * coalesce(closest[i], 0);
+            IF best IS NULL OR candidate_value > best_value THEN
+                best := i;
+                best_value := candidate_value;
+            END IF;
+        END LOOP;
+        chosen := chosen || best;
+        taken[best] := true;
+        FOR i IN 1 .. n LOOP
+            CONTINUE WHEN taken[i];
+            closest[i] := greatest(closest[i], similarity[(best - 1) * n + i]);
+        END LOOP;
+    END LOOP;
+    RETURN chosen;
 END
 $$;
 
@@ -306,15 +460,34 @@ BEGIN
 END
 $$;
 
+-- The SQL of a cosine similarity between `left_side` and `right_side` (the query vector $1 as the version stores
+-- it when NULL), with the pgvector operator schema of a version's distance expression (_search_target.distance_sql).
+-- min_score and diversity compare embeddings by cosine whatever distance the version ranks by.
+CREATE OR REPLACE FUNCTION toolkit._search_cosine_sql(distance_sql text, left_side text, right_side text DEFAULT NULL)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('(1 - (%s OPERATOR(%s.<=>) %s))', left_side,
+        substring(distance_sql FROM 'OPERATOR\((.*)\.[^.]+\)'),
+        coalesce(right_side, substring(distance_sql FROM '(\$1::.*)$')))
+$$;
+
 -- Vector top-k for the transaction's tenant, with optional filters (jsonb), pinned to query_version (or to the
 -- servable version of query_model; unpinned: the active version). Iterative index scans keep going until k rows
--- pass the filters and row-level security.
+-- pass the filters and row-level security. min_score (a cosine similarity, NULL: none) drops the hits below it from
+-- the k (it never brings in others); diversity (MMR lambda, 0: off) takes the k from the _mmr_candidates(k) nearest
+-- in MMR order (rank: that order; score and distance: each hit's own).
 CREATE OR REPLACE FUNCTION toolkit.search_chunks(
     query_embedding vector,
     k integer DEFAULT 10,
     filters jsonb DEFAULT '{}',
     query_model text DEFAULT NULL,
-    query_version integer DEFAULT NULL
+    query_version integer DEFAULT NULL,
+    min_score double precision DEFAULT NULL,
+    diversity double precision DEFAULT 0
 )
 RETURNS TABLE (
     rank integer,
@@ -342,37 +515,64 @@ DECLARE
     tenant text := toolkit._search_tenant();
     target record;
     f record;
+    nearest_sql text;
 BEGIN
     IF query_embedding IS NULL THEN
         RAISE EXCEPTION 'the query embedding is NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     PERFORM toolkit._check_k(k);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, true);
+    END IF;
     SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
     f := toolkit._search_filter_values(filters);
+    -- The nearest rows ($14 of them: k, or MMR's candidates), with their cosine similarity when an option needs it.
     -- relaxed_order may return rows slightly out of order: the outer query sorts them again. Ties in distance
     -- are broken by chunk id inside the LIMIT too (an incremental sort above the index scan), so which of
     -- several equally distant rows make the k is decided, not left to the scan.
+    nearest_sql := format(
+        'SELECT %1$s AS distance, %3$s AS similarity, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
+        ' c.end_offset, c.heading_path, c.text, c.pages%4$s FROM toolkit.%2$I AS c'
+        ' WHERE c.tenant = $3 AND NOT c.is_parent AND %5$s'
+        ' ORDER BY %1$s, c.chunk_id LIMIT $14',
+        target.distance_sql, target.chunk_table,
+        CASE WHEN min_score IS NULL AND diversity = 0 THEN 'NULL::float8'
+            ELSE toolkit._search_cosine_sql(target.distance_sql, 'c.embedding') END,
+        CASE WHEN diversity > 0 THEN ', c.embedding' ELSE '' END,
+        toolkit._search_filter_condition());
     BEGIN
-        RETURN QUERY EXECUTE format(
-            'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
-            ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id, h.doc_id,'
-            ' h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11, h.pages'
-            ' FROM (SELECT %1$s AS distance, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-            '  c.end_offset, c.heading_path, c.text, c.pages FROM toolkit.%3$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent'
-            '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
-            '   AND ($6::text[] IS NULL'
-            '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
-            '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
-            '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
-            '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
-            '   AND ($10::text[] IS NULL OR c.access_labels && $10)'
-            '  ORDER BY %1$s, c.chunk_id LIMIT $2) AS h'
-            ' ORDER BY h.distance, h.chunk_id',
-            target.distance_sql, target.distance, target.chunk_table)
-        USING query_embedding, k, tenant, target.version,
-            f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-            target.model_alias;
+        IF diversity = 0 THEN
+            RETURN QUERY EXECUTE format(
+                'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
+                ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id,'
+                ' h.doc_id, h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11,'
+                ' h.pages'
+                ' FROM (%1$s) AS h'
+                ' WHERE ($12::float8 IS NULL OR h.similarity >= $12)'
+                ' ORDER BY h.distance, h.chunk_id',
+                nearest_sql, target.distance)
+            USING query_embedding, k, tenant, target.version,
+                f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
+                target.model_alias, min_score, diversity, k;
+        ELSE
+            RETURN QUERY EXECUTE format(
+                'WITH h AS MATERIALIZED (%1$s),'
+                ' kept AS MATERIALIZED (SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer AS i,'
+                '  h.* FROM h WHERE ($12::float8 IS NULL OR h.similarity >= $12)),'
+                ' picked AS (SELECT o.i, o.n FROM unnest(toolkit._mmr_order('
+                '  ARRAY(SELECT x.similarity FROM kept AS x ORDER BY x.i),'
+                '  ARRAY(SELECT %3$s FROM kept AS a CROSS JOIN kept AS b ORDER BY a.i, b.i),'
+                '  $2, $13)) WITH ORDINALITY AS o (i, n))'
+                ' SELECT o.n::integer, CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance,'
+                '  h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text,'
+                '  $4, $11, h.pages'
+                ' FROM picked AS o INNER JOIN kept AS h ON h.i = o.i'
+                ' ORDER BY o.n',
+                nearest_sql, target.distance, toolkit._search_cosine_sql(target.distance_sql, 'a.embedding', 'b.embedding'))
+            USING query_embedding, k, tenant, target.version,
+                f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
+                target.model_alias, min_score, diversity, toolkit._mmr_candidates(k);
+        END IF;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;

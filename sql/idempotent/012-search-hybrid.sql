@@ -16,7 +16,10 @@ SELECT
 -- when even the rarest has more, its first postings_limit chunks by chunk id. A candidate's score sums over all the
 -- question's lexemes. N, the mean length and df are the tenant's (term_stats_vN, over the rows the caller may read;
 -- not narrowed by the filters, which narrow the candidates). toolkit.evaluation.retrieval (the offline evaluation)
--- computes the same ranking with the same arithmetic.
+-- computes the same ranking with the same arithmetic. min_score (a cosine similarity of the query embedding to the
+-- chunk's, NULL: none) drops the fused hits below it from the k (it never brings in others); diversity (MMR lambda,
+-- 0: off) takes the k from the _mmr_candidates(k) best fused hits in MMR order, relevance being the same cosine
+-- similarity (rank: that order; score: each hit's fused score).
 CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_text text,
     query_embedding vector,
@@ -25,7 +28,9 @@ CREATE OR REPLACE FUNCTION toolkit.hybrid_search_chunks(
     query_model text DEFAULT NULL,
     candidates integer DEFAULT NULL,
     rrf_k integer DEFAULT NULL,
-    query_version integer DEFAULT NULL
+    query_version integer DEFAULT NULL,
+    min_score double precision DEFAULT NULL,
+    diversity double precision DEFAULT 0
 )
 RETURNS TABLE (
     rank integer,
@@ -70,8 +75,13 @@ DECLARE
     chosen_postings float8 := 0;
     rarest text;
     i integer;
+    fetch_count integer := k;
+    ranked_sql text;
 BEGIN
     PERFORM toolkit._check_k(k);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    END IF;
     SELECT * INTO settings FROM toolkit.retrieval_settings();
     fusion := coalesce(rrf_k, settings.rrf_k);
     IF fusion < 0 THEN
@@ -82,6 +92,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     pool := greatest(coalesce(candidates, settings.candidates), k);
+    IF diversity > 0 THEN
+        -- MMR chooses among more fused hits than k, and each list must offer them.
+        fetch_count := toolkit._mmr_candidates(k);
+        pool := greatest(pool, fetch_count);
+    END IF;
     SELECT * INTO target
     FROM toolkit._search_target(query_embedding, hybrid_search_chunks.query_model, query_version);
     f := toolkit._search_filter_values(filters);
@@ -132,23 +147,15 @@ BEGIN
         vector_sql := format(
             'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
             ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%2$I AS c'
-            '  WHERE c.tenant = $3 AND NOT c.is_parent'
-            '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
-            '   AND ($6::text[] IS NULL'
-            '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
-            '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
-            '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
-            '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
-            '   AND ($10::text[] IS NULL OR c.access_labels && $10)'
+            '  WHERE c.tenant = $3 AND NOT c.is_parent AND %3$s'
             '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
-            target.distance_sql, target.chunk_table);
+            target.distance_sql, target.chunk_table, toolkit._search_filter_condition());
     END IF;
 
     -- BM25 of each candidate (narrowed by the filters on its chunk row) over all the question's lexemes: tf and dl
     -- (token_count) from the postings' index alone, one scan for every (lexeme, candidate) key. Sums run over the
     -- lexemes in byte order, as Python sums them.
-    BEGIN
-        RETURN QUERY EXECUTE format(
+    ranked_sql := format(
             'WITH vector_hits AS MATERIALIZED (%1$s),'
             ' text_candidates AS MATERIALIZED (%4$s),'
             ' text_rows AS MATERIALIZED (%6$s),'
@@ -164,32 +171,51 @@ BEGIN
             ' fused AS (SELECT coalesce(v.chunk_id, t.chunk_id) AS chunk_id, v.r AS vector_rank, t.r AS text_rank,'
             '   v.distance, coalesce(1.0::float8 / ($13 + v.r), 0) + coalesce(1.0::float8 / ($13 + t.r), 0) AS score'
             '  FROM vector_hits AS v FULL JOIN text_hits AS t ON v.chunk_id = t.chunk_id'
-            '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $2)'
+            '  ORDER BY 5 DESC, least(v.r, t.r), 1 LIMIT $25)'
             ' SELECT (row_number() OVER (ORDER BY x.score DESC, least(x.vector_rank, x.text_rank), x.chunk_id))::integer,'
             '  x.score, x.vector_rank::integer, x.text_rank::integer, x.distance, c.chunk_id, c.doc_id, c.parent_id,'
-            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages'
+            '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages%8$s'
             ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
+            ' WHERE ($26::float8 IS NULL OR %7$s >= $26)'
             ' ORDER BY 1',
             vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
             CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
                     f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
                 ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN toolkit.%I AS c'
-                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent'
-                    '   AND ($5::text[] IS NULL OR c.doc_id = ANY ($5))'
-                    '   AND ($6::text[] IS NULL'
-                    '    OR EXISTS (SELECT FROM unnest($6) AS p (prefix) WHERE starts_with(c.doc_id, p.prefix)))'
-                    '   AND ($7::text[] IS NULL OR c.heading_path[1:cardinality($7)] = $7)'
-                    '   AND ($8::timestamptz IS NULL OR c.updated_at >= $8)'
-                    '   AND ($9::timestamptz IS NULL OR c.updated_at < $9)'
-                    '   AND ($10::text[] IS NULL OR c.access_labels && $10)', target.chunk_table) END)
+                    ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent AND %s', target.chunk_table,
+                    toolkit._search_filter_condition()) END,
+            -- The cosine similarity to the query (min_score, MMR's relevance), computed only when an option asks.
+            CASE WHEN min_score IS NULL AND diversity = 0 THEN 'NULL::float8'
+                ELSE toolkit._search_cosine_sql(target.distance_sql, 'c.embedding') END,
+            CASE WHEN diversity > 0 THEN ', ' || toolkit._search_cosine_sql(target.distance_sql, 'c.embedding')
+                || ', c.embedding' ELSE '' END);
+    IF diversity > 0 THEN
+        ranked_sql := format(
+            'WITH r (rank, score, vector_rank, text_rank, distance, chunk_id, doc_id, parent_id, "position",'
+            '  start_offset, end_offset, heading_path, text, version, model_alias, pages, similarity, embedding)'
+            '  AS MATERIALIZED (%1$s),'
+            ' picked AS (SELECT o.i, o.n FROM unnest(toolkit._mmr_order('
+            '  ARRAY(SELECT x.similarity FROM r AS x ORDER BY x.rank),'
+            '  ARRAY(SELECT %2$s FROM r AS a CROSS JOIN r AS b ORDER BY a.rank, b.rank),'
+            '  $2, $27)) WITH ORDINALITY AS o (i, n))'
+            ' SELECT o.n::integer, r.score, r.vector_rank, r.text_rank, r.distance, r.chunk_id, r.doc_id, r.parent_id,'
+            '  r."position", r.start_offset, r.end_offset, r.heading_path, r.text, r.version, r.model_alias, r.pages'
+            ' FROM picked AS o INNER JOIN r ON r.rank = o.i'
+            ' ORDER BY o.n',
+            ranked_sql, toolkit._search_cosine_sql(target.distance_sql, 'a.embedding', 'b.embedding'));
+    END IF;
+
+    BEGIN
+        RETURN QUERY EXECUTE ranked_sql
         USING query_embedding, k, tenant, target.version,
             f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
             lexemes, NULL::tsquery, fusion::float8, pool, target.model_alias, settings.k1, settings.b,
             chosen, rarest, settings.postings_limit, text_n,
             -- The mean length (1 when there is none, as in Python), computed here: a plan folds constants, and
             -- 0 / 0 would fail even when no row is scored.
-            CASE WHEN text_n > 0 AND text_total > 0 THEN text_total / text_n ELSE 1 END, known, known_df;
+            CASE WHEN text_n > 0 AND text_total > 0 THEN text_total / text_n ELSE 1 END, known, known_df,
+            fetch_count, min_score, diversity;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;
@@ -383,6 +409,8 @@ $$;
 -- (retrieval_settings). A passage's text is cut from its document's raw text (its chunks' own text when the
 -- document cannot be read); it keeps its best hit's score and heading path, its chunks and their hit ranks, and
 -- the union of their pages. toolkit.evaluation.retrieval.assemble does the same offline (tests/test_retrieval_sql.py).
+-- min_score and diversity go to the hits (hybrid_search_chunks): a passage is made of hits whose cosine similarity
+-- to the query is at least min_score, and with diversity > 0 the hits are taken in MMR order.
 CREATE OR REPLACE FUNCTION toolkit.search_passages(
     query_text text,
     query_embedding vector,
@@ -390,7 +418,9 @@ CREATE OR REPLACE FUNCTION toolkit.search_passages(
     filters jsonb DEFAULT '{}',
     query_model text DEFAULT NULL,
     query_version integer DEFAULT NULL,
-    max_tokens integer DEFAULT NULL
+    max_tokens integer DEFAULT NULL,
+    min_score double precision DEFAULT NULL,
+    diversity double precision DEFAULT 0
 )
 RETURNS TABLE (
     rank integer,
@@ -432,6 +462,9 @@ DECLARE
     covered integer;
 BEGIN
     PERFORM toolkit._check_k(k);
+    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(min_score, diversity, query_embedding IS NOT NULL);
+    END IF;
     IF max_tokens IS NOT NULL AND max_tokens < 1 THEN
         RAISE EXCEPTION 'max_tokens must be 1 or more, not %', max_tokens USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -455,11 +488,12 @@ BEGIN
         FOR hit IN EXECUTE format(
             'SELECT h.rank, h.score, h.chunk_id, h.doc_id, h.start_offset AS s, h.end_offset AS e, h.heading_path,'
             ' h.text, h.pages, c.token_count'
-            ' FROM toolkit.hybrid_search_chunks($1, $2, $3, $4, query_version => $5) AS h'
+            ' FROM toolkit.hybrid_search_chunks($1, $2, $3, $4, query_version => $5, min_score => $7,'
+            '  diversity => $8) AS h'
             ' INNER JOIN toolkit.%I AS c ON c.tenant = $6 AND c.chunk_id = h.chunk_id'
             ' ORDER BY h.rank', target.chunk_table)
             USING query_text, query_embedding, least(k * settings.hits_per_passage, toolkit.search_max_k()), filters,
-                target.version, search_tenant
+                target.version, search_tenant, min_score, diversity
         LOOP
             joined := '{}';
             FOR i IN 0 .. jsonb_array_length(open_passages) - 1 LOOP

@@ -15,6 +15,9 @@ BEGIN
     -- Readers cut passages from documents (search_passages): a labelled document is theirs only with its label.
     PERFORM toolkit._secure_access_labels('toolkit.documents', 'toolkit_reader');
     PERFORM toolkit._secure_tenant_table('toolkit.query_log');
+    -- The metadata filters' keys: a labelled document's keys are found only by who may read the document.
+    PERFORM toolkit._secure_tenant_table('toolkit.document_metadata_keys');
+    PERFORM toolkit._secure_access_labels('toolkit.document_metadata_keys');
     -- Full-text postings: built for a live version that has none (a version made by an earlier release), dropped
     -- for a retired one (left by a downgrade's retire).
     FOR v IN SELECT x.version FROM toolkit.versions AS x ORDER BY 1 LOOP

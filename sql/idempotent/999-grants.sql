@@ -50,6 +50,12 @@ toolkit._search_tenant,
 toolkit._search_filter_texts,
 toolkit._search_filters,
 toolkit._search_filter_values,
+toolkit._search_filter_condition,
+toolkit._search_cosine_sql,
+toolkit._check_search_options,
+toolkit._mmr_candidates,
+toolkit._mmr_order,
+toolkit._metadata_key_value,
 toolkit._check_k,
 toolkit._version_gone,
 toolkit.lexical_settings,
@@ -68,7 +74,9 @@ toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- search_passages cuts a passage's text from its document (row-level security and access labels apply).
-GRANT SELECT (tenant, doc_id, title, raw_text, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
+-- The metadata filters (metadata.key=value) find the documents they match, as the caller.
+GRANT SELECT (tenant, doc_id, title, raw_text, metadata, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
+GRANT SELECT ON toolkit.document_metadata_keys TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What a version holds (toolkit show, toolkit diff), read as the caller: row-level security applies.
 GRANT EXECUTE ON FUNCTION toolkit._version_table, toolkit._live_version_table, toolkit.version_documents, toolkit.version_chunks
 TO toolkit_reader, toolkit_writer, toolkit_deployer;

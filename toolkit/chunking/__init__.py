@@ -6,13 +6,15 @@ docs/chunking.md for the strategies, the spec syntax and the rules each strategy
 
 from __future__ import annotations
 
-from toolkit.chunking.base import Chunk, Chunker, compose_embed_text
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Chunk, compose_embed_text
 from toolkit.chunking.recommended import RECOMMENDED_RETRIEVAL, recommended_spec
-from toolkit.chunking.spec import STRATEGIES, Spec, parse_spec
+from toolkit.chunking.spec import STRATEGIES, STRATEGY_TABLE, Spec, parse_spec
 
 __all__ = [
     "RECOMMENDED_RETRIEVAL",
     "STRATEGIES",
+    "STRATEGY_TABLE",
     "Chunk",
     "Chunker",
     "Spec",
@@ -21,27 +23,6 @@ __all__ = [
     "parse_spec",
     "recommended_spec",
 ]
-
-
-def _strategy_class(name: str):
-    # Imported on demand: html pulls in selectolax, markdown pulls in markdown-it-py.
-    if name == "fixed":
-        from toolkit.chunking.fixed import FixedChunker as cls
-    elif name == "sentence":
-        from toolkit.chunking.sentence import SentenceChunker as cls
-    elif name == "recursive":
-        from toolkit.chunking.recursive import RecursiveChunker as cls
-    elif name == "markdown":
-        from toolkit.chunking.markdown import MarkdownChunker as cls
-    elif name == "html":
-        from toolkit.chunking.html import HtmlChunker as cls
-    elif name == "code":
-        from toolkit.chunking.code import CodeChunker as cls
-    elif name == "cluster":
-        from toolkit.chunking.cluster import ClusterChunker as cls
-    else:
-        from toolkit.chunking.semantic import SemanticChunker as cls
-    return cls
 
 
 def get_chunker(spec: str, *, embedder=None, tokenizer=None):
@@ -55,7 +36,7 @@ def get_chunker(spec: str, *, embedder=None, tokenizer=None):
     parent_spec = options.pop("parent", None)
     window = options.pop("window", None)
     base = Spec(parsed.strategy, parsed.size, parsed.overlap, options)
-    child = _strategy_class(base.strategy)(base, tokenizer=tokenizer, embedder=embedder)
+    child = STRATEGY_TABLE[base.strategy].load()(base, tokenizer=tokenizer, embedder=embedder)
     if parent_spec is None and window is None:
         return child
     from toolkit.chunking.small_to_big import SmallToBigChunker

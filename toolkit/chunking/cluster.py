@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.chunking.base import Chunker, Document, Span, trim
-from toolkit.chunking.recursive import split_range
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span, trim
 from toolkit.chunking.similarity import unit_vectors
+from toolkit.chunking.split import split_range
 from toolkit.errors import InputError
 
 DEFAULT_PIECE = 50  # tokens, as in the report's configuration

@@ -7,7 +7,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from toolkit.chunking.base import Chunk
+from toolkit.chunking.document import Chunk
 from toolkit.errors import InputError
 
 DEFAULT_SIZE = 400

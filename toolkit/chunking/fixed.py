@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span
 from toolkit.errors import InputError
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span
 from toolkit.chunking.structure import Block, Section, pack_sections
 
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import re
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span
 from toolkit.chunking.markdown_scan import blocks_from_tokens, scan
 from toolkit.chunking.structure import Block, Section, pack_sections
 

@@ -6,7 +6,8 @@ adopting it. The budget still applies: a chunk also closes when the next sentenc
 
 from __future__ import annotations
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span
 from toolkit.chunking.sentence import sentence_spans
 from toolkit.chunking.similarity import unit_vectors
 from toolkit.errors import InputError

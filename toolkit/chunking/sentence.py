@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from toolkit.chunking.base import Chunker, Document, Span
+from toolkit.chunking.base import Chunker
+from toolkit.chunking.document import Document, Span
 
 # A sentence ends at . ! or ? (optionally followed by a closing quote or bracket) before whitespace,
 # or at a blank line. Abbreviations such as "e.g." also end a sentence here: a documented limitation.
-SENTENCE_BOUNDARY = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+")
 _BOUNDARY_OR_PARAGRAPH = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'”’)\]]))\s+|\n[ \t]*\n\s*")
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolkit.chunking.base import Chunk, Chunker, Document, Span, build_chunks, chunk_id, compose_embed_text
+from toolkit.chunking.base import Chunker, build_chunks, chunk_id
+from toolkit.chunking.document import Chunk, Document, Span, compose_embed_text
 from toolkit.chunking.spec import Spec
 
 ALGORITHM_VERSION = 1

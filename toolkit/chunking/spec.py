@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
+from toolkit.chunking.languages import DEFINITION_KEYWORDS
 from toolkit.errors import InputError
 from toolkit.validation import key_value
 
-STRATEGIES = ("fixed", "sentence", "recursive", "markdown", "html", "code", "semantic", "cluster")
 
-# Options every strategy accepts, and the ones only some accept. Values are parsed by `_OPTION_TYPES`.
-COMMON_OPTIONS = {"unit", "max_tokens", "on_overflow", "parent", "window", "context"}
-STRATEGY_OPTIONS = {
-    "fixed": set(),
-    "sentence": set(),
-    "recursive": set(),
-    "markdown": {"merge"},
-    "html": {"merge"},
-    "code": {"language", "merge"},
-    "semantic": {"threshold"},
-    "cluster": {"piece"},
+@dataclass(frozen=True)
+class Strategy:
+    """One chunking strategy: the class that implements it (``module:Class``, imported on demand — html pulls in
+    selectolax, markdown markdown-it-py, semantic and cluster numpy) and the options only it accepts."""
+
+    implementation: str
+    options: frozenset[str] = frozenset()
+
+    def load(self) -> type:
+        module, _, name = self.implementation.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+# The one table of strategies: name → implementation and options. A new strategy is a module and a row here.
+STRATEGY_TABLE = {
+    "fixed": Strategy("toolkit.chunking.fixed:FixedChunker"),
+    "sentence": Strategy("toolkit.chunking.sentence:SentenceChunker"),
+    "recursive": Strategy("toolkit.chunking.recursive:RecursiveChunker"),
+    "markdown": Strategy("toolkit.chunking.markdown:MarkdownChunker", frozenset({"merge"})),
+    "html": Strategy("toolkit.chunking.html:HtmlChunker", frozenset({"merge"})),
+    "code": Strategy("toolkit.chunking.code:CodeChunker", frozenset({"language", "merge"})),
+    "semantic": Strategy("toolkit.chunking.semantic:SemanticChunker", frozenset({"threshold"})),
+    "cluster": Strategy("toolkit.chunking.cluster:ClusterChunker", frozenset({"piece"})),
 }
+STRATEGIES = tuple(STRATEGY_TABLE)
+
+# Options every strategy accepts (the others are in the table). Values are parsed by `_OPTION_TYPES`.
+COMMON_OPTIONS = {"unit", "max_tokens", "on_overflow", "parent", "window", "context"}
 _OPTION_TYPES = {
     "unit": ("tokens", "chars"),
     "on_overflow": ("split", "error"),
@@ -83,7 +100,7 @@ def parse_spec(spec: str) -> Spec:
     size = _integer(spec, "size", size_text, minimum=1)
     overlap = _integer(spec, "overlap", overlap_text, minimum=0)
     options: dict = {}
-    allowed = COMMON_OPTIONS | STRATEGY_OPTIONS[strategy]
+    allowed = COMMON_OPTIONS | STRATEGY_TABLE[strategy].options
     for extra in extras:
         parsed = key_value(extra, allowed)
         if parsed is None:
@@ -126,14 +143,11 @@ def _option(spec: str, key: str, value: str):
     if kind is str:
         if not value:
             raise InputError(f"The chunker spec '{spec}' has an empty {key}=; give it a value.")
-        if key == "language":
-            from toolkit.chunking.code import DEFINITION_KEYWORDS
-
-            if value.lower() not in DEFINITION_KEYWORDS:
-                raise InputError(
-                    f"The chunker spec '{spec}' has language={value}, which the code strategy does not know; use one "
-                    f"of {', '.join(sorted(DEFINITION_KEYWORDS))}, or leave it out to go by the file extension."
-                )
+        if key == "language" and value.lower() not in DEFINITION_KEYWORDS:
+            raise InputError(
+                f"The chunker spec '{spec}' has language={value}, which the code strategy does not know; use one "
+                f"of {', '.join(sorted(DEFINITION_KEYWORDS))}, or leave it out to go by the file extension."
+            )
         return value
     try:
         parsed = kind(value)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from toolkit.chunking.base import Document, Span
-from toolkit.chunking.recursive import split_range
+from toolkit.chunking.document import Document, Span
+from toolkit.chunking.split import split_range
 
 
 @dataclass

@@ -60,7 +60,7 @@ class Duration(Checked):
 
     def __init__(self, rule: NumberRule = RETENTION_DAYS):
         def read(text: str) -> None:
-            from toolkit.cutover import parse_duration
+            from toolkit.validation import parse_duration
 
             try:
                 window = parse_duration(str(text))

@@ -150,7 +150,8 @@ def rollback_window_command(duration, output_format) -> None:
     it, and retiring it needs --version N --force. The window is a setting of the database (toolkit.settings),
     enforced by SQL.
     """
-    from toolkit.cutover import parse_duration, protected_standby, rollback_window, set_rollback_window
+    from toolkit.cutover import protected_standby, rollback_window, set_rollback_window
+    from toolkit.validation import parse_duration
 
     def run(conn):
         window = rollback_window(conn) if duration is None else set_rollback_window(conn, parse_duration(duration))

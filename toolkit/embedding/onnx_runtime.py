@@ -13,7 +13,7 @@ The export runs once per model (torch and transformers are imported then, never 
 ``$TOOLKIT_CACHE_DIR/onnx`` (default ``$XDG_CACHE_HOME/toolkit/onnx`` or ``~/.cache/toolkit/onnx``). Each file's
 SHA-256 is in ``manifest.json`` beside it and checked on every load: a missing, truncated or altered file is
 rebuilt, never run. Nothing is downloaded: the export reads the weights the installed package or directory holds.
-``python -m toolkit.embedding.onnx_runtime`` makes the export ahead of time (an install step can run it).
+``python -m toolkit.embedding.prepare`` makes the export ahead of time (an install step can run it).
 """
 
 from __future__ import annotations
@@ -410,22 +410,3 @@ def _json(path: Path) -> dict:
 def clear(location: str | os.PathLike) -> None:
     """Remove the cached exports of the model at ``location`` (the next use exports again)."""
     shutil.rmtree(export_directory(location), ignore_errors=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m toolkit.embedding.onnx_runtime [MODEL ...]``: export (and quantize) the bundled model ahead of
-    time, so that the first embedding of a process never waits for it."""
-    import sys
-
-    from toolkit.embedding.local import DEFAULT_LOCAL_MODEL, _locate
-
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    for name in (argv if argv is not None else sys.argv[1:]) or [DEFAULT_LOCAL_MODEL]:
-        location, _ = _locate(name)
-        for runtime in ONNX_RUNTIMES:
-            print(f"{name} {runtime}: {prepare(location, runtime)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -70,6 +70,7 @@ class OpenAIEmbedder(Embedder):
     """``openai:MODEL`` through ``openai.OpenAI(base_url=..., max_retries=0)``."""
 
     provider = "openai"
+    remote = True
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from toolkit.errors import InputError
 
 if TYPE_CHECKING:  # offline imports this module: only the types, not a cycle
-    from toolkit.evaluation.offline import ConfigResult, EvalReport
+    from toolkit.evaluation.report import ConfigResult, EvalReport
 
 
 def mark_pareto(results: Sequence[ConfigResult]) -> None:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,103 +21,14 @@ import numpy as np
 from toolkit.errors import InputError
 from toolkit.evaluation.bag_of_words import bow_scores
 from toolkit.evaluation.frontier import mark_pareto
-from toolkit.evaluation.metrics import Span, aggregate, cut_answers, score_query
 from toolkit.evaluation.queries import LabelledQuery, load_queries
+from toolkit.evaluation.report import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, ConfigResult, EvalReport, Unit
 from toolkit.evaluation.retrieval import passage_budget
+from toolkit.evaluation.scoring import score_config
 
 SCORERS = ("embedding", "bow")
-DEFAULT_INPUT_PRICE = 2.0  # USD per million LLM input tokens, the assumption of the 004 cost table
-# Small-to-big: children fetched per context wanted, as toolkit.search_context does (hits sharing a parent
-# collapse into one context).
-HITS_PER_CONTEXT = 4
 
-
-@dataclass
-class Unit:
-    """What a retrieval returns: a chunk, or for small-to-big a context of merged parents."""
-
-    doc_id: str
-    start: int
-    end: int
-    tokens: int
-
-
-@dataclass
-class ConfigResult:
-    """One chunker configuration's figures (means over queries unless said otherwise)."""
-
-    spec: str
-    chunker_version: str
-    chunks: int  # units embedded and searched (the children, for small-to-big)
-    parents: int | None  # small-to-big parents (what is handed back), else None
-    mean_chunk_tokens: float
-    mean_chunk_chars: float
-    answers: int  # gold spans over all queries
-    cut_answers: int  # gold spans no single retrievable unit holds whole
-    sentences: int
-    cut_sentences: int  # corpus sentences no single retrievable unit holds whole
-    recall: float  # recall@k
-    mrr: float
-    ndcg: float
-    span_recall: float
-    span_precision: float
-    span_iou: float
-    precision_omega: float | None
-    retrieved_tokens: float  # per query
-    retrieved_chars: float  # per query
-    input_cost_per_query: float  # USD, retrieved tokens only
-    recall_at: list[float] = field(default_factory=list)  # recall@1 ... recall@k
-    hits_at: list[int] = field(default_factory=list)  # queries answered whole at rank <= 1 ... k
-    embedded_texts: int = 0  # texts this configuration sent to the model (not found in the cache)
-    seconds: float = 0.0
-    pareto: bool = False  # on the recall / retrieved-tokens frontier
-    # Per query, in the query file's order: the rank of the first chunk holding a whole answer, or None.
-    # Kept out of to_dict() (JSON output) to keep it short; scripts break recall down by query with it.
-    ranks: list[int | None] = field(default_factory=list, repr=False)
-    retrieval: str = "vector"  # how chunks were ranked (toolkit.evaluation.retrieval: vector, text, hybrid[:options])
-    passages: float = 0.0  # mean passages handed over per query (≤ k)
-
-    @property
-    def name(self) -> str:
-        """The configuration and its retrieval, e.g. ``recursive:128:64 [hybrid]``."""
-        return f"{self.spec} [{self.retrieval}]"
-
-    def to_dict(self) -> dict:
-        values = asdict(self)
-        del values["ranks"]
-        return values
-
-
-@dataclass
-class EvalReport:
-    """All configurations' results and what they were measured with."""
-
-    model: str | None
-    scorer: str
-    k: int
-    queries: int
-    documents: int
-    input_price: float
-    configs: list[ConfigResult]
-    embedded_texts: int = 0
-    cache_hits: int = 0
-    cache_path: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "scorer": self.scorer,
-            "k": self.k,
-            "queries": self.queries,
-            "documents": self.documents,
-            "input_price": self.input_price,
-            "embedded_texts": self.embedded_texts,
-            "cache_hits": self.cache_hits,
-            "cache_path": self.cache_path,
-            "configs": [c.to_dict() for c in self.configs],
-            "notes": self.notes,
-        }
+__all__ = ["DEFAULT_INPUT_PRICE", "HITS_PER_CONTEXT", "ConfigResult", "EvalReport", "Unit", "evaluate", "score_config"]
 
 
 def split_configs(configs: str | Sequence[str]) -> list[str]:
@@ -302,7 +212,7 @@ def _chunker(spec: str, embedder):
 def _retrieval_settings_or_error(conn) -> dict:
     import psycopg
 
-    from toolkit.evaluation.retrieval import retrieval_settings
+    from toolkit.store.lexical import retrieval_settings
 
     try:
         with conn.transaction():
@@ -375,6 +285,7 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
     (``hybrid_search_chunks``); deep enough for small-to-big contexts (``search_context``: 4 x k hits) and for
     passage assembly (the same depth)."""
     from toolkit.evaluation import retrieval as lexical
+    from toolkit.store import lexical as store_lexical
 
     ids = [c.chunk_id for c in chunks]
     distances = lexical.cosine_distances(query_vectors, vectors)
@@ -394,8 +305,8 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
         if config not in lexemes_by_config:
             with conn.transaction():
                 lexemes_by_config[config] = (
-                    lexical.chunk_lexemes(conn, chunks, config),
-                    lexical.query_lexemes(conn, questions, config),
+                    store_lexical.chunk_lexemes(conn, chunks, config),
+                    store_lexical.query_lexemes(conn, questions, config),
                 )
         chunk_terms, question_terms = lexemes_by_config[config]
         bm25 = lexical.BM25(
@@ -409,141 +320,6 @@ def rank_chunks(chunks, vectors, query_vectors, questions, retrievals, k, small_
             found.append([chunks[i] for i in lexical.fuse(vector, text, ids, depth, retrieval.rrf_k)])
         results.append(found)
     return results
-
-
-def score_config(
-    spec: str,
-    chunker_version: str,
-    chunks: Sequence,
-    parents: dict | None,
-    hits: Sequence[Sequence],
-    documents: dict[str, str],
-    queries: Sequence[LabelledQuery],
-    k: int,
-    input_price: float,
-    *,
-    budget: int | None = None,
-    retrieved: Sequence[Sequence] | None = None,
-) -> ConfigResult:
-    """Score one configuration from its searched ``chunks``, its small-to-big ``parents`` (chunk id → parent,
-    or None), and per query the chunks found, best first (for small-to-big, enough to make k contexts). With a
-    token ``budget`` the hits are assembled into at most k passages within it
-    (`toolkit.evaluation.retrieval.assemble`); ``retrieved`` gives per query what was handed over instead (units with
-    doc id, span and tokens, as served)."""
-    from toolkit.chunking.files import sentences_cut
-
-    small_to_big = parents is not None
-    units = list(parents.values()) if small_to_big else list(chunks)
-    spans_by_doc: dict[str, list[Span]] = defaultdict(list)
-    for unit in units:
-        spans_by_doc[unit.doc_id].append(Span(unit.doc_id, unit.start, unit.end))
-    scored, tokens, counts = [], [], []
-    for n, (q, found) in enumerate(zip(queries, hits, strict=True)):
-        if retrieved is not None:
-            retrieved_units = list(retrieved[n])
-        elif small_to_big:
-            retrieved_units = _contexts(found, parents, documents, k)
-        elif budget is not None:
-            retrieved_units = _passages(found, documents, k, budget)
-        else:
-            retrieved_units = [_unit(c) for c in found[:k]]
-        counts.append(len(retrieved_units))
-        gold_docs = {span.doc_id for span in q.answers}
-        candidates = [span for doc in gold_docs for span in spans_by_doc.get(doc, [])]
-        scored.append(score_query([(u.doc_id, u.start, u.end) for u in retrieved_units], q.answers, k, candidates))
-        tokens.append(sum(u.tokens for u in retrieved_units))
-    metrics = aggregate(scored, k)
-    first_hits = [_first_hit(s, q, k) for s, q in zip(scored, queries, strict=True)]
-    hits_at = [sum(1 for rank in first_hits if rank is not None and rank <= depth_) for depth_ in range(1, k + 1)]
-    all_gold = [span for q in queries for span in q.answers]
-    all_units = [Span(u.doc_id, u.start, u.end) for u in units]
-    sentences = cut = 0
-    by_doc = defaultdict(list)
-    for unit in units:
-        by_doc[unit.doc_id].append(unit)
-    for doc_id, doc_units in by_doc.items():
-        total, doc_cut = sentences_cut(documents[doc_id], doc_units)
-        sentences += total
-        cut += doc_cut
-    mean_tokens = sum(tokens) / len(tokens)
-    return ConfigResult(
-        spec=spec,
-        chunker_version=chunker_version,
-        chunks=len(chunks),
-        parents=len(parents) if small_to_big else None,
-        mean_chunk_tokens=sum(c.token_count for c in chunks) / len(chunks),
-        mean_chunk_chars=sum(len(c.text) for c in chunks) / len(chunks),
-        answers=len(all_gold),
-        cut_answers=cut_answers(all_units, all_gold),
-        sentences=sentences,
-        cut_sentences=cut,
-        recall=metrics.recall,
-        mrr=metrics.mrr,
-        ndcg=metrics.ndcg,
-        span_recall=metrics.span_recall,
-        span_precision=metrics.span_precision,
-        span_iou=metrics.span_iou,
-        precision_omega=metrics.precision_omega,
-        retrieved_tokens=mean_tokens,
-        retrieved_chars=metrics.retrieved_chars,
-        input_cost_per_query=mean_tokens * input_price / 1e6,
-        recall_at=[h / len(queries) for h in hits_at],
-        hits_at=hits_at,
-        ranks=first_hits,
-        passages=sum(counts) / len(counts),
-    )
-
-
-def _unit(chunk) -> Unit:
-    return Unit(chunk.doc_id, chunk.start, chunk.end, chunk.token_count)
-
-
-def _first_hit(scores, query: LabelledQuery, k: int) -> int | None:
-    # The reciprocal rank already holds the rank of the first whole answer (0 when none in the top k).
-    return round(1 / scores.reciprocal_rank) if scores.reciprocal_rank else None
-
-
-def _passages(hits: list, documents: dict[str, str], k: int, budget: int) -> list[Unit]:
-    """Hits assembled into passages as ``toolkit.search_passages`` assembles them
-    (`toolkit.evaluation.retrieval.assemble`)."""
-    from toolkit.evaluation.retrieval import assemble
-
-    return [Unit(p.doc_id, p.start, p.end, p.tokens) for p in assemble(hits, k, budget, documents)]
-
-
-def _contexts(hits: list, parents: dict, documents: dict[str, str], k: int) -> list[Unit]:
-    """Small-to-big: each hit's parent span (or the hit itself without one); spans of a document that
-    overlap merge into one context, ranked by its best hit; the first k contexts."""
-    from toolkit.chunking import compose_embed_text
-    from toolkit.text.tokens import count_tokens
-
-    pieces = []  # (best rank, doc_id, start, end, the parent chunk or hit)
-    for rank, hit in enumerate(hits):
-        parent = parents.get(hit.parent_id, hit)
-        pieces.append((rank, hit.doc_id, parent.start, parent.end, parent))
-    groups: list[dict] = []
-    for doc_id in dict.fromkeys(p[1] for p in pieces):
-        current = None
-        for piece in sorted((p for p in pieces if p[1] == doc_id), key=lambda p: (p[2], p[3], p[0])):
-            if current is not None and piece[2] < current["end"]:
-                current["end"] = max(current["end"], piece[3])
-                current["best"] = min(current["best"], piece[0])
-                current["members"][piece[4].chunk_id] = piece[4]
-            else:
-                current = {"doc_id": doc_id, "start": piece[2], "end": piece[3], "best": piece[0]}
-                current["members"] = {piece[4].chunk_id: piece[4]}
-                groups.append(current)
-    contexts = []
-    for group in sorted(groups, key=lambda g: g["best"])[:k]:
-        members = list(group["members"].values())
-        if len(members) == 1:
-            tokens = members[0].token_count
-        else:
-            first = min(members, key=lambda c: c.start)
-            body = documents[group["doc_id"]][group["start"] : group["end"]]
-            tokens = count_tokens(compose_embed_text(first.heading_path, "", body))
-        contexts.append(Unit(group["doc_id"], group["start"], group["end"], tokens))
-    return contexts
 
 
 def evaluate_request(
@@ -660,7 +436,7 @@ def _evaluate_stored(
     version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect, retrieval
 ):
     from toolkit.evaluation.cache import EmbeddingCache
-    from toolkit.evaluation.stored import evaluate_version
+    from toolkit.evaluation.stored import score_stored_version
 
     given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]
     if given or scorer != "embedding":
@@ -668,7 +444,7 @@ def _evaluate_stored(
             f"--version evaluates the version's own documents, chunks and model; drop {', '.join(given) or '--scorer'}."
         )
     with connect() as conn, EmbeddingCache(directory) as cache:
-        return evaluate_version(
+        return score_stored_version(
             conn, version, queries, k=k, tenant=tenant, input_price=input_price, cache=cache, retrieval=retrieval
         )
 

@@ -4,32 +4,17 @@ configuration (toolkit eval --version)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.errors import InputError
 from toolkit.evaluation.frontier import mark_pareto
-from toolkit.evaluation.offline import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, Unit, score_config
 from toolkit.evaluation.queries import load_queries
-from toolkit.store.chunk_table import version_table
+from toolkit.evaluation.report import DEFAULT_INPUT_PRICE, HITS_PER_CONTEXT, EvalReport, Unit
+from toolkit.evaluation.scoring import score_config
+from toolkit.store.contents import stored_chunks
 
 
-@dataclass(frozen=True)
-class StoredChunk:
-    """A chunk row of a version's table, with what scoring needs."""
-
-    chunk_id: str
-    doc_id: str
-    parent_id: str | None
-    is_parent: bool
-    start: int
-    end: int
-    heading_path: tuple[str, ...]
-    text: str
-    token_count: int
-
-
-def evaluate_version(
+def score_stored_version(
     conn,
     version: int,
     queries: str | Path,
@@ -43,8 +28,6 @@ def evaluate_version(
     """Evaluate a version already in the database: its stored chunks, searched as applications search them
     (``search()`` with its defaults: ``toolkit.search_passages`` as the reader role, on the HNSW index), questions
     embedded with the version's model. The documents and answers are the tenant's stored raw texts."""
-    from psycopg import sql
-
     from toolkit.evaluation.cache import EmbeddingCache
     from toolkit.search import MAX_K, search
     from toolkit.store.models import embedder_for_model, get_model
@@ -59,23 +42,12 @@ def evaluate_version(
     documents = tenant_documents(conn, tenant)
     labelled = load_queries(queries, documents)
     embedder = embedder_for_model(get_model(conn, alias), dims)
-    table = version_table(conn, version)
-    with conn.transaction(force_rollback=True):
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))  # row-level security: the tenant's own rows
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"
-                " token_count, embedding IS NULL AND NOT is_parent FROM {} WHERE tenant = %s ORDER BY doc_id, position"
-            ).format(table),
-            (tenant,),
-        ).fetchall()
-    missing = sum(1 for row in rows if row[9])
+    stored, missing = stored_chunks(conn, version, tenant)
     if missing:
         raise InputError(
             f"Version {version} has {missing} chunks of tenant {tenant!r} without an embedding; finish it with "
             f"toolkit backfill --model {alias} --resume, then evaluate it."
         )
-    stored = [StoredChunk(*row[:6], tuple(row[6] or ()), *row[7:9]) for row in rows]
     chunks = [c for c in stored if not c.is_parent]
     if not chunks:
         raise InputError(f"Version {version} has no chunks for tenant {tenant!r}; ingest the corpus first.")

@@ -72,7 +72,8 @@ def _open(url: str) -> psycopg.Connection:
 @dataclass
 class SearchRequest:
     """One search as the application asks it: the tenant, and optionally the request key (canary split), principals
-    (access labels), filters, k, hybrid and expand. Everything search() accepts by keyword may go in ``options``."""
+    (access labels), filters (``{"metadata": {"lang": "en"}}`` among them), k, hybrid, expand, min_score and
+    diversity. Everything search() accepts by keyword may go in ``options``."""
 
     tenant: str
     k: int = 5
@@ -82,6 +83,8 @@ class SearchRequest:
     hybrid: bool = False
     expand: str | None = None
     options: dict = field(default_factory=dict)
+    min_score: float | None = None
+    diversity: float = 0.0
 
     def run(self, conn: psycopg.Connection, question: str, **overrides) -> list:
         from toolkit.search import search
@@ -93,13 +96,23 @@ class SearchRequest:
             "filters": self.filters,
             "hybrid": self.hybrid,
             "expand": self.expand,
+            "min_score": self.min_score,
+            "diversity": self.diversity,
             **self.options,
             **overrides,
         }
         tenant = chosen.pop("tenant", self.tenant)
         k = chosen.pop("k")
         # Only what differs from search()'s own defaults is passed: its defaults are the recommended retrieval.
-        defaults = {"request_key": None, "principals": None, "filters": None, "hybrid": False, "expand": None}
+        defaults = {
+            "request_key": None,
+            "principals": None,
+            "filters": None,
+            "hybrid": False,
+            "expand": None,
+            "min_score": None,
+            "diversity": 0.0,
+        }
         for name, value in defaults.items():
             if name in chosen and chosen[name] == value:
                 del chosen[name]

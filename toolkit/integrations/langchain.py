@@ -7,8 +7,9 @@
 
 Each ``Document`` carries the hit's text as ``page_content`` and its doc id, span (``start``, ``end``), heading path,
 pages, version, model alias, score and rank in ``metadata`` (``toolkit.integrations._core.hit_metadata``). A call
-may override ``tenant``, ``request_key``, ``principals``, ``filters``, ``k``, ``hybrid`` and ``expand`` as keyword
-arguments of ``invoke``/``ainvoke``. The async path runs the same search in a worker thread."""
+may override ``tenant``, ``request_key``, ``principals``, ``filters`` (``{"metadata": {"lang": "en"}}`` among them),
+``k``, ``hybrid``, ``expand``, ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) as
+keyword arguments of ``invoke``/``ainvoke``. The async path runs the same search in a worker thread."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ class ToolkitRetriever(BaseRetriever):
     filters: dict | None = None
     hybrid: bool = False
     expand: str | None = None
+    min_score: float | None = None
+    diversity: float = 0.0
     pool_size: int = 4
     search_options: dict = Field(default_factory=dict)
     pool: Any = None  # a toolkit.integrations._core.ConnectionPool to share; default: one of this retriever's own
@@ -56,6 +59,8 @@ class ToolkitRetriever(BaseRetriever):
             self.hybrid,
             self.expand,
             dict(self.search_options),
+            min_score=self.min_score,
+            diversity=self.diversity,
         )
 
     def search_hits(self, query: str, **overrides) -> list:

@@ -8,8 +8,9 @@
 
 Each ``NodeWithScore`` holds a ``TextNode`` with the hit's text and its doc id, span (``start``, ``end``), heading
 path, pages, version, model alias and rank in ``metadata`` (``toolkit.integrations._core.hit_metadata``), and the
-hit's score. Only doc id, heading path and pages are shown to the LLM. The async path runs the same search in a
-worker thread."""
+hit's score. Only doc id, heading path and pages are shown to the LLM. ``filters`` (``{"metadata": {"lang": "en"}}``
+among them), ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) are search()'s. The
+async path runs the same search in a worker thread."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ class ToolkitRetriever(BaseRetriever):
         filters: dict | None = None,
         hybrid: bool = False,
         expand: str | None = None,
+        min_score: float | None = None,
+        diversity: float = 0.0,
         pool: ConnectionPool | None = None,
         pool_size: int = 4,
         search_options: dict | None = None,
@@ -49,7 +52,16 @@ class ToolkitRetriever(BaseRetriever):
         self._own_pool = pool is None
         self._pool = pool or ConnectionPool(database_url, size=pool_size)
         self.request = SearchRequest(
-            tenant, k, request_key, principals, filters, hybrid, expand, dict(search_options or {})
+            tenant,
+            k,
+            request_key,
+            principals,
+            filters,
+            hybrid,
+            expand,
+            dict(search_options or {}),
+            min_score=min_score,
+            diversity=diversity,
         )
 
     def search_hits(self, query: str, **overrides) -> list:

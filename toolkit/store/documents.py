@@ -7,10 +7,8 @@ import hashlib
 from collections.abc import Iterable
 
 import psycopg
-from psycopg import sql
 
 from toolkit.errors import InputError
-from toolkit.store.chunk_table import lock_live_version_ids, version_table
 
 
 def validate_tenant(tenant: str) -> str:
@@ -19,6 +17,12 @@ def validate_tenant(tenant: str) -> str:
             f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
         )
     return tenant
+
+
+def document_tenants(conn: psycopg.Connection) -> dict[str, int]:
+    """Each tenant that has documents → how many (``toolkit.document_tenants()``, for the roles that may count them)."""
+    with conn.transaction():
+        return dict(conn.execute("SELECT tenant, documents FROM toolkit.document_tenants()").fetchall())
 
 
 def validate_labels(labels: Iterable[str]) -> list[str]:
@@ -42,19 +46,13 @@ def lock_documents(conn: psycopg.Connection, tenant: str, doc_ids: Iterable[str]
         conn.execute("SELECT toolkit.lock_documents(%s, %s)", (tenant, ids))
 
 
-def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> int:
-    """Deletes documents and their chunks from every live version (in the caller's transaction)."""
+def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str], *, reason: str | None = None) -> int:
+    """Deletes documents as ``toolkit delete`` does (SQL's ``toolkit.delete_documents``): the documents, their
+    chunks in every live version and the logged questions citing them, recorded in ``toolkit.deletions`` with
+    ``reason``; in the caller's transaction. Returns the documents deleted."""
     if not doc_ids:
         return 0
-    live = lock_live_version_ids(conn)
-    lock_documents(conn, tenant, doc_ids)
-    # The documents first: deleting their rows waits for a backfill batch that has claimed one of them (it holds
-    # the row), and the chunk deletes after it then see the rows that batch wrote.
-    deleted = conn.execute(
-        "DELETE FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)", (tenant, doc_ids)
-    ).rowcount
-    for version in live:
-        table = version_table(conn, version)
-        conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(table), (tenant, doc_ids))
-        conn.execute("SELECT toolkit.touch_version(%s)", (version,))
-    return deleted
+    from toolkit.store.deletions import run_delete_documents
+
+    removed = run_delete_documents(conn, tenant, sorted(set(doc_ids)), False, reason)
+    return next(r.rows for r in removed if r.relation == "documents")

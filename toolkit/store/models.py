@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.db.connection import translate_errors
+from toolkit.embedding import PROVIDERS, get_embedder, probe_dimensions
 from toolkit.errors import InputError
 
 ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -149,8 +150,6 @@ parse_options = validation.parse_options
 
 def embedder_for_model(model: Model, dimensions: int | None = None, **options):
     """Builds the embedder a registered model describes (API keys come from the environment)."""
-    from toolkit.embedding import get_embedder
-
     settings = dict(model.options)
     settings.update(options)
     key_variable = settings.get("api_key_env")
@@ -169,7 +168,7 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
         settings["query_prefix"] = model.query_prefix
     if model.document_prefix:
         settings["document_prefix"] = model.document_prefix
-    if model.provider == "openai":
+    if PROVIDERS[model.provider].remote:
         if model.base_url:
             settings["base_url"] = model.base_url
         settings["supports_shortening"] = model.supports_shortening
@@ -210,9 +209,6 @@ def register_model(
     options: dict | None = None,
 ) -> Model:
     """Probes the model once (one short embedding) to confirm its dimensions and limits, then registers it."""
-    from toolkit.embedding import get_embedder
-    from toolkit.embedding.base import probe_dimensions
-
     validate_alias(alias)
     validation.DIMENSIONS.check_optional(dimensions)
     validation.MAX_INPUT_TOKENS.check_optional(max_input_tokens)
@@ -227,9 +223,10 @@ def register_model(
     ):
         if value is not None:
             settings[key] = value
-    if provider == "openai":
+    remote = PROVIDERS[provider].remote if provider in PROVIDERS else False
+    if remote:
         settings["supports_shortening"] = supports_shortening
-    if dimensions is not None and provider != "openai":
+    if dimensions is not None and not remote:
         settings["dimensions"] = dimensions
     embedder = get_embedder(f"{provider}:{name}", **settings)
     probed = probe_dimensions(embedder)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import psycopg
 
 from toolkit.db.connection import translate_errors
+from toolkit.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,72 @@ def version_status(conn: psycopg.Connection) -> list[VersionStatus]:
     with translate_errors(), conn.transaction():
         rows = conn.execute("SELECT * FROM toolkit.version_status()").fetchall()
     return [VersionStatus(*row) for row in rows]
+
+
+def resolve_version(
+    conn: psycopg.Connection,
+    model_alias: str | None = None,
+    chunker_spec: str | None = None,
+    version: int | None = None,
+    *,
+    action: str,
+) -> int:
+    """The one version for a model (and chunker) in a state SQL accepts for the action
+    (``toolkit.version_states(action)``: activate, canary, shadow, verify, retire), or the version given by number."""
+    if version is not None and (model_alias or chunker_spec):
+        raise InputError(
+            f"Name the version one way: --version {version}, or --model (and --chunker), not both; they could "
+            "name different versions."
+        )
+    if version is not None:
+        with conn.transaction():
+            row = conn.execute("SELECT state FROM toolkit.versions WHERE version = %s", (version,)).fetchone()
+        if row is None:
+            raise InputError(f"There is no version {version}. Run toolkit status to list them.")
+        return version
+    if not model_alias:
+        raise InputError("Name the version: --model ALIAS (and --chunker SPEC if it has several), or --version N.")
+    query = (
+        "SELECT version, chunker_spec FROM toolkit.versions"
+        " WHERE model_alias = %s AND state = ANY (toolkit.version_states(%s))"
+    )
+    params: list = [model_alias, action]
+    if chunker_spec:
+        from toolkit.chunking import get_chunker
+
+        query += " AND chunker_version = %s"
+        params.append(get_chunker(chunker_spec).version)
+    with conn.transaction():
+        rows = conn.execute(query + " ORDER BY version", params).fetchall()
+    if not rows:
+        with conn.transaction():  # only to say which states were looked for
+            states = conn.execute("SELECT toolkit.version_states(%s)", (action,)).fetchone()[0]
+            known = conn.execute("SELECT 1 FROM toolkit.models WHERE alias = %s", (model_alias,)).fetchone()
+            others = conn.execute(
+                "SELECT version, state FROM toolkit.versions WHERE model_alias = %s AND state <> 'retired'"
+                " ORDER BY version",
+                (model_alias,),
+            ).fetchall()
+        if known is None:
+            raise InputError(
+                f"There is no model {model_alias!r} (no such model alias): toolkit model list shows the registered "
+                "ones."
+            )
+        has = f" (it has {', '.join(f'version {v} {state}' for v, state in others)})" if others else ""
+        building = any(state == "building" for _, state in others)
+        raise InputError(
+            f"No {'/'.join(states)} version uses the model {model_alias!r}"
+            + (f" with chunker {chunker_spec}" if chunker_spec else "")
+            + has
+            + (
+                ". A building version is not complete: finish it with toolkit backfill (it resumes)."
+                if building
+                else ". Build one with toolkit backfill, or check toolkit status."
+            )
+        )
+    if len(rows) > 1:
+        listing = ", ".join(f"{v} ({spec})" for v, spec in rows)
+        raise InputError(
+            f"The model {model_alias!r} has several versions: {listing}. Pick one with --chunker or --version."
+        )
+    return rows[0][0]

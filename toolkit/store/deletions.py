@@ -1,0 +1,44 @@
+"""The statements of deletion: ``toolkit.delete_documents`` and ``toolkit.erase_tenant``, each one transaction in
+SQL over the documents, their chunks in every live version and the query log, recorded in ``toolkit.deletions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import class_row
+
+from toolkit.db.connection import translate_errors
+
+
+@dataclass(frozen=True)
+class Removed:
+    """The rows of one table removed (or, in a dry run, to remove): ``documents``, ``query_log``,
+    ``tenant_bindings``, or a version's chunk table (``chunks_vN``, with ``version``)."""
+
+    relation: str
+    version: int | None
+    rows: int
+
+
+def _removed(conn: psycopg.Connection, statement: str, params: tuple) -> list[Removed]:
+    with translate_errors(), conn.transaction():
+        return conn.cursor(row_factory=class_row(Removed)).execute(statement, params).fetchall()
+
+
+def run_delete_documents(
+    conn: psycopg.Connection, tenant: str, doc_ids: list[str], dry_run: bool, reason: str | None
+) -> list[Removed]:
+    return _removed(
+        conn,
+        "SELECT relation, version, removed AS rows FROM toolkit.delete_documents(%s, %s, %s, %s)",
+        (tenant, doc_ids, dry_run, reason),
+    )
+
+
+def run_erase_tenant(conn: psycopg.Connection, tenant: str, dry_run: bool, reason: str | None) -> list[Removed]:
+    return _removed(
+        conn,
+        "SELECT relation, version, removed AS rows FROM toolkit.erase_tenant(%s, %s, %s)",
+        (tenant, dry_run, reason),
+    )
