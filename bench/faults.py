@@ -513,6 +513,15 @@ def downgrade_then_use(server: Server, corpus: Path) -> Scenario:
             scenario.lost = f"rows written at {revision}"
         if toolkit("--database-url", url, "migrate").returncode != 0:
             scenario.fail(f"toolkit migrate from {revision} failed")
+        elif toolkit("--database-url", url, "status").returncode != 0:
+            scenario.fail(f"toolkit status after migrating back from {revision} failed")
+    if not scenario.failures:
+        revisions = migrate.revisions()[:-1]
+        scenario.notes.append(
+            f"{len(revisions)} revisions ({', '.join(revisions)}) × {len(commands)} commands: each refused in one "
+            "line naming the revision and `toolkit migrate`, nothing written; `toolkit migrate` then brought each "
+            "back and `toolkit status` worked"
+        )
     return scenario
 
 

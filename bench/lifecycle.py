@@ -97,7 +97,7 @@ def run_backfill(url: str, alias: str, **options) -> dict:
     from toolkit.backfill import backfill
 
     started = time.perf_counter()
-    report = backfill(url, alias, CHUNKER, progress=Progress("backfill", unit="documents", quiet=True), **options)
+    report = backfill(url, alias, CHUNKER, progress=Progress("backfill", unit="chunks", quiet=True), **options)
     seconds = time.perf_counter() - started
     assert report.state == "ready", report
     index_s = report.index_seconds or 0.0

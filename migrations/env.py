@@ -21,6 +21,7 @@ from toolkit.db.migration_locks import lock_for_migration
 from toolkit.db.preflight import preflight
 from toolkit.db.sql_files import (
     apply_idempotent,
+    idempotent_files,
     installed_fingerprint,
     record_held_revision,
     sql_fingerprint,
@@ -64,6 +65,20 @@ def _say(message: str) -> None:
     log.warning(message)
 
 
+def _steps(script, direction: str, current: str | None, heads: set[str]) -> int | None:
+    """The steps toolkit migrate's progress counts: revisions run (and, up to head, the idempotent files); None
+    when the target is relative (+1, -1) and alembic alone resolves it."""
+    target = config.attributes.get("target_revision")
+    try:
+        if direction == "upgrade":
+            revisions = len(list(script.iterate_revisions(target, current or "base")))
+            at_head = script.get_revision(target).revision in heads
+            return revisions + (len(idempotent_files()) if at_head else 0)
+        return len(list(script.iterate_revisions(current, target))) if current else 0
+    except Exception:  # only the progress line's total depends on it
+        return None
+
+
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     engine = None
@@ -80,8 +95,24 @@ def run_migrations_online() -> None:
 
     driver.add_notice_handler(on_notice)
     direction = _direction()
+    # toolkit migrate's progress line (per revision and per re-applied SQL file); alembic's own commands log instead.
+    progress = config.attributes.get("progress")
+
+    def on_version_apply(**kwargs) -> None:
+        if progress is not None:
+            progress.advance(1, step=f"revision {kwargs['step'].up_revision_id}")
+
+    def on_file(path) -> None:
+        if progress is not None:
+            progress.advance(1, step=path.name)
+
     try:
-        context.configure(connection=connection, version_table=VERSION_TABLE, transaction_per_migration=False)
+        context.configure(
+            connection=connection,
+            version_table=VERSION_TABLE,
+            transaction_per_migration=False,
+            on_version_apply=on_version_apply,
+        )
         if direction not in ("upgrade", "downgrade"):
             # alembic current, history, stamp…: alembic's own callback does the work.
             with context.begin_transaction():
@@ -100,10 +131,12 @@ def run_migrations_online() -> None:
                 # What a role that is not a superuser lacks is named before anything changes.
                 preflight(driver, current=next(iter(current), None))
             lock_for_migration(driver, say=_say)
+            if progress is not None:
+                progress.set_total(_steps(script, direction, next(iter(current), None), heads))
             context.run_migrations()
             after = set(context.get_context().get_current_heads())
             if after == heads:
-                apply_idempotent(driver)
+                apply_idempotent(driver, on_file=on_file)
                 # Commands check the schema revision as whatever role they run as.
                 driver.execute(
                     f"GRANT SELECT ON public.{VERSION_TABLE} TO toolkit_reader, toolkit_writer, toolkit_deployer,"

@@ -222,6 +222,7 @@ ROWS = [
     row("estimate", "--tokens-per-word", "estimate --chunk 400 --words 10 --tokens-per-word {}", number()),
     row("estimate", "--corpus", "estimate --chunker fixed:40:0 --corpus {}", path(USAGE)),
     row("estimate", "--chunker", "estimate --corpus {corpus} --chunker {}", named(REFUSED)),
+    row("estimate", "--embedder", "estimate --corpus {corpus} --chunker fixed:40:0 --embedder {}", named(REFUSED)),
     row("estimate", "--chunk", "estimate --tokens 1M --chunk {}", number()),
     row("estimate", "--overlap", "estimate --tokens 1M --chunk 400 --overlap {}", named(USAGE, zero=READ)),
     row("estimate", "-k", f"{EST} -k {{}}", number()),

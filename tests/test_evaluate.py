@@ -249,6 +249,29 @@ def test_plot_and_table_output(seed_files, tmp_path):
     assert "frontier, not a winner" in result.stdout
 
 
+def test_the_plot_labels_each_point_by_chunker_and_retrieval(seed_files, tmp_path, monkeypatch, database_url):
+    """Two retrievals of one chunker are two points: labelled by the chunker alone they could not be told apart.
+    (Full text reads SQL's lexemes: the test database, never the default embedded one.)"""
+    from matplotlib.axes import Axes
+
+    labels = []
+    annotate = Axes.annotate
+    monkeypatch.setattr(
+        Axes, "annotate", lambda self, text, *a, **kw: labels.append(text) or annotate(self, text, *a, **kw)
+    )
+    corpus, queries = seed_files
+    result = CliRunner().invoke(main, [
+        "--database-url", database_url, "eval", "--corpus", str(corpus), "--queries", str(queries),
+        "--model", "hashing:64", "--no-cache", "--plot", str(tmp_path / "frontier.png"),
+        "--configs", "fixed:200:0:unit=chars", "--retrieval", "vector:assemble=off,text:assemble=off",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(labels) == [
+        "fixed:200:0:unit=chars [text:assemble=off]",
+        "fixed:200:0:unit=chars [vector:assemble=off]",
+    ]
+
+
 # -- errors: exit code 1, a sentence, no traceback -------------------------------------------------------------
 
 

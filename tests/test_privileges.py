@@ -93,6 +93,7 @@ EVERYONE = {
     "current_tenant",
     "current_principals",
     "set_tenant",
+    "bound_tenants",
     "set_principals",
     "_is_service_role",
     "active_version",
@@ -112,6 +113,7 @@ EVERYONE = {
     "_search_filter_texts",
     "_search_filters",
     "_search_filter_values",
+    "_heading_filter_unmatchable",
     "_search_filter_condition",
     "_search_cosine_sql",
     "_check_search_options",
@@ -565,7 +567,8 @@ def test_a_bound_login_that_sets_another_tenant_sees_nothing_through_any_read_pa
             register_vector(c)
             for statement, params in paths:
                 with c.transaction(force_rollback=True):
-                    c.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+                    # set_tenant refuses another tenant (test below): the setting by hand must still show nothing
+                    c.execute("SELECT set_config('toolkit.tenant', %s, true)", (tenant,))
                     c.execute("SELECT toolkit.set_principals(ARRAY['hr'])")
                     rows = c.execute(statement, params).fetchall()
                 if expected == 0:
@@ -576,6 +579,40 @@ def test_a_bound_login_that_sets_another_tenant_sees_nothing_through_any_read_pa
                 # the setting itself, not the helper: a bound login cannot get around set_tenant either
                 c.execute("SELECT set_config('toolkit.tenant', %s, true)", (tenant,))
                 assert c.execute("SELECT toolkit.current_tenant()").fetchone()[0] == (None if expected == 0 else tenant)
+
+
+def test_a_bound_login_naming_another_tenant_is_refused_with_its_binding(conn, logins, lived):
+    """Issue 23 item 7: a bound login's set_tenant('b') was accepted and every search then returned 0 rows; now it is
+    refused, naming the login's own binding (never which other tenants exist), and a tenant it holds still works."""
+    urls, names = logins
+    with psycopg.connect(urls["bound"]) as c:
+        with pytest.raises(pg_errors.InvalidParameterValue) as refused:
+            c.execute("SELECT toolkit.set_tenant('b')")
+        message = refused.value.diag.message_primary
+        assert (
+            message
+            == f"login {names['bound']} is bound to tenant a (toolkit tenant grant), so it cannot set tenant 'b'"
+        )
+        assert "toolkit tenant grant LOGIN TENANT" in refused.value.diag.message_hint
+        c.rollback()
+        assert c.execute("SELECT toolkit.bound_tenants()").fetchone()[0] == ["a"]
+        assert c.execute("SELECT toolkit.set_tenant('a')").fetchone()[0] == "a"
+        assert c.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()[0] > 0
+    conn.execute("SELECT toolkit.bind_tenants(%s, ARRAY['c'])", (names["bound"],))
+    with psycopg.connect(urls["bound"]) as c, pytest.raises(pg_errors.InvalidParameterValue, match="tenant a, c"):
+        c.execute("SELECT toolkit.set_tenant('b')")
+    # The application's way in: toolkit search as the bound login says so, instead of "no results".
+    from click.testing import CliRunner
+
+    from toolkit.cli import main
+
+    searched = CliRunner().invoke(main, ["--database-url", urls["bound"], "search", "secret", "--tenant", "b"])
+    assert searched.exit_code == 1 and "Traceback" not in searched.output, searched.output
+    assert f"Login {names['bound']} is bound to tenant a, c (toolkit tenant grant), so it cannot set" in searched.output
+    for role in ("reader", "writer", "deployer"):  # unbound logins choose their tenant, as before
+        with psycopg.connect(urls[role]) as c:
+            assert c.execute("SELECT toolkit.bound_tenants()").fetchone()[0] is None
+            assert c.execute("SELECT toolkit.set_tenant('b')").fetchone()[0] == "b"
 
 
 def test_binding_refuses_roles_that_bypass_tenants_and_unbinding_restores_the_choice(conn, logins, lived):

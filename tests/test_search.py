@@ -183,6 +183,41 @@ def test_filters_apply_and_k_rows_still_come_back(conn, store, filters, holds):
     assert all(holds(h) for h in hits), [(h.doc_id, h.heading_path) for h in hits]
 
 
+def test_a_heading_prefix_on_a_version_without_heading_paths_is_refused_naming_its_chunker(
+    conn, make_model, database_url
+):
+    """Issue 23 item 7: `--filter heading_prefix=…` on a version whose chunker stores no heading paths returned
+    nothing, silently. SQL now says so (asked only after a filtered search came back empty), on every retrieval."""
+    make_model("r", 16, model_name="16")
+    v = versions.create_version(conn, "r", "fixed:10:0", "fixed:10:0@1")
+    fill_version(conn, v, 16, {"big": 50})
+    activate(conn, v)
+    q = np.random.default_rng(5).standard_normal(16).astype(np.float32)
+    for how in ({"retrieval": "vector"}, {"retrieval": "passages"}, {"retrieval": "hybrid"}, {"expand": "window:1"}):
+        with pytest.raises(InputError) as refused:
+            search.search(conn, q, "big", 5, filters={"heading_prefix": "Intro"}, log=False, query_text="text 3", **how)
+        assert f"Version {v} (chunker fixed:10:0@1) stores no heading paths for tenant 'big'" in str(refused.value)
+        assert "markdown, html, code" in str(refused.value), how
+    # The other filters, and no filter, answer as before; a tenant with no rows is not told about headings either.
+    assert len(search.search(conn, q, "big", 5, filters={"doc_id_prefix": "doc-"}, log=False)) == 5
+    assert search.search(conn, q, "nobody", 5, filters={"doc_id_prefix": "doc-"}, log=False) == []
+    # One chunk with a heading path: the filter can match, and a prefix that matches nothing is just no rows.
+    conn.execute(f"UPDATE toolkit.chunks_v{v} SET heading_path = ARRAY['Intro', 'Setup'] WHERE chunk_id = 'v{v}-big-3'")
+    assert [h.chunk_ids for h in search.search(conn, q, "big", 5, filters={"heading_prefix": "Intro"}, log=False,
+                                               retrieval="vector")] == [[f"v{v}-big-3"]]  # fmt: skip
+    assert search.search(conn, q, "big", 5, filters={"heading_prefix": "Nope"}, log=False, retrieval="vector") == []
+    # The command line gives the sentence, exit 1, no traceback.
+    result = CliRunner().invoke(
+        main, ["--database-url", database_url, "search", "x", "--tenant", "big", "--filter", "heading_prefix=Nope"]
+    )
+    assert result.exit_code == 0, result.output  # this version has one heading path now: no rows, no error
+    conn.execute(f"UPDATE toolkit.chunks_v{v} SET heading_path = '{{}}'")
+    result = CliRunner().invoke(
+        main, ["--database-url", database_url, "search", "x", "--tenant", "big", "--filter", "heading_prefix=Nope"]
+    )
+    assert result.exit_code == 1 and "stores no heading paths" in result.output and "Traceback" not in result.output
+
+
 @pytest.mark.parametrize(
     ("filters", "message"),
     [

@@ -67,7 +67,8 @@ def test_incremental_files_never_call_idempotent_functions():
         defined.update(re.findall(r"CREATE OR REPLACE FUNCTION (toolkit\.\w+)\(", path.read_text()))
     assert defined
     for path in sql_files.incremental_files():
-        text = path.read_text()
+        # dropping an old signature (run-once, before the idempotent files create the current one) is not a call
+        text = re.sub(r"DROP FUNCTION IF EXISTS toolkit\.\w+\([^)]*\);", "", path.read_text())
         used = sorted(name for name in defined if re.search(re.escape(name) + r"\s*\(", text))
         assert not used, f"{path.name} calls {used}: incremental files must not depend on idempotent ones"
 

@@ -27,6 +27,7 @@ from toolkit import validation
 from toolkit.chunking import recommended_spec
 from toolkit.db.connection import connect, translate_errors
 from toolkit.embedding import PROVIDERS
+from toolkit.embedding.base import batches
 from toolkit.errors import InputError, StateError
 from toolkit.progress import Progress
 from toolkit.store import versions
@@ -234,6 +235,7 @@ class _Run:
     stop: threading.Event
     limiter: object
     on_batch: Callable
+    on_embedded: Callable
     outcome: str | None = None
     failures: list = field(default_factory=list)
     # The last key any worker of this pass claimed: every claim starts after it, so a document left pending in
@@ -282,7 +284,9 @@ def _write_batch(conn, run: _Run) -> bool:
             chunks = target.chunker.chunk(text, doc_id=doc_id)
             children = [chunk for chunk in chunks if not chunk.is_parent]
             counts = embedder.count_chunk_tokens(children)
-            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, len(text), pages))
+            # Bytes as toolkit.version_pending_documents counts them (octet_length): progress's share of the total.
+            size = len(text.encode("utf-8"))
+            documents.append((tenant, doc_id, list(labels), rewrite, chunks, children, counts, size, pages))
         stages["chunk"] = time.perf_counter() - mark
         # Whole documents within --max-cost: the rest stay pending (their locks go with this transaction).
         taken, tokens = [], 0
@@ -311,7 +315,7 @@ def _write_batch(conn, run: _Run) -> bool:
             if texts:
                 if run.limiter is not None:
                     run.limiter.acquire(sum(counts))
-                vectors = embedder.embed_documents(texts, token_counts=counts)
+                vectors = _embed_in_blocks(run, texts, counts, sum(d[7] for d in taken))
                 known.update(zip(hashes, vectors, strict=True))
             stages["embed"] = time.perf_counter() - mark
         except BaseException:
@@ -333,10 +337,27 @@ def _write_batch(conn, run: _Run) -> bool:
         empty=sum(1 for d in taken if not d[4]),
         rows=len(rows),
         embedded=sum(len(d[5]) for d in taken),
-        size=sum(d[7] for d in taken),
+        size=sum(d[7] for d in taken) if not texts else 0,  # with texts, their blocks reported the bytes
         stages=stages,
     )
     return True
+
+
+def _embed_in_blocks(run: _Run, texts: list[str], counts: list[int], size: int):
+    """The batch's texts embedded in blocks of about one batch's worth of the model's work (a claim of whole
+    documents can be far more: four long documents first), each block reported to ``run.on_embedded`` with its
+    share of the batch's bytes, so progress moves while a big batch is embedded."""
+    import numpy as np
+
+    total = sum(counts) or 1
+    blocks, done, reported = [], 0, 0
+    for start, stop in batches(counts, MAX_BATCH_ROWS, max(MIN_BATCH_TOKENS, run.sizer.tokens_target)):
+        blocks.append(run.embedder.embed_documents(texts[start:stop], token_counts=counts[start:stop]))
+        done += sum(counts[start:stop])
+        weight = size * done // total
+        run.on_embedded(chunks=stop - start, weight=weight - reported)
+        reported = weight
+    return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
 
 def _known_for_rewrite(conn, target: LiveVersion, documents) -> dict:
@@ -502,7 +523,7 @@ def backfill(
         target = LiveVersion(version, model, spec, chunker_version, storage_, dims, table_name=table)
         target._embedder = embedder
         target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
-        progress = progress or Progress("backfill", unit="documents", quiet=True)
+        progress = progress or Progress("backfill", unit="chunks", quiet=True)
         budget = _Budget(model.price_per_million_tokens, max_cost)
         lock = threading.Lock()
 
@@ -516,18 +537,26 @@ def backfill(
                 for name, seconds in stages.items():
                     report.stages[name] = report.stages.get(name, 0.0) + seconds
                 progress.advance(
-                    documents,
+                    0,
                     weight=size,
+                    documents=f"{report.documents_chunked:,}/{documents_total[0]:,}",
                     rows=f"{report.rows_written:,}",
                     tokens=f"{budget.tokens:,}",
                     cost=f"${budget.cost:.4f}",
                 )
 
+        def on_embedded(*, chunks, weight) -> None:
+            # Progress is counted in the chunks embedded (the model's work), its share and ETA in bytes of text.
+            with lock:
+                progress.advance(chunks, weight=weight, tokens=f"{budget.tokens:,}")
+
         sizer = _Sizer(batch_size)
+        documents_total = [0]
         for _pass in range(MAX_PASSES):
             documents, size = pending_documents(conn, version)
-            progress.set_total(report.documents_chunked + documents, weight=progress.weight_done + size)
-            run = _Run(target, embedder, budget, sizer, stop, limiter, on_batch)
+            documents_total[0] = report.documents_chunked + documents
+            progress.set_total(None, weight=progress.weight_done + size)
+            run = _Run(target, embedder, budget, sizer, stop, limiter, on_batch, on_embedded)
             _run_pass(database_url, run, workers)
             if run.outcome == "max-cost" or stop.is_set():
                 report.stopped = run.outcome if run.outcome == "max-cost" else "interrupted"

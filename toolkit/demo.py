@@ -176,7 +176,7 @@ def run_demo(
 def _backfill(url: str, alias: str, say) -> int:
     from toolkit.progress import Progress
 
-    report = backfill.backfill(url, alias, CHUNKER, progress=Progress(f"backfill {alias}", unit="rows"))
+    report = backfill.backfill(url, alias, CHUNKER, progress=Progress(f"backfill {alias}", unit="chunks"))
     say(
         f"version {report.version}: {report.rows_embedded} chunks embedded in {report.seconds:.1f} s "
         f"({report.rows_embedded / max(report.seconds, 1e-9):.1f} chunks/s), HNSW index built after the load "

@@ -352,8 +352,13 @@ def estimate_corpus(
     pricing: Pricing | None = None,
     memory: int | None = None,
     hnsw_m: int = 16,
+    embedder=None,
 ) -> Estimate:
-    """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted."""
+    """Chunk a real corpus with each chunker spec and estimate from the chunks and tokens actually counted.
+
+    With ``embedder``, chunks are counted as a version of that model holds them (``get_chunker(spec,
+    embedder=…)``, the one rule backfill, ingest, ``toolkit chunk --embedder`` and ``toolkit eval --model`` use: a
+    chunk over the model's input limit, in its own tokenizer, is split again)."""
     from toolkit.chunking import get_chunker
     from toolkit.text.sources import SourceError, read_documents
     from toolkit.text.tokens import count_tokens
@@ -372,8 +377,18 @@ def estimate_corpus(
     tokens = sum(count_tokens(document.text) for document in documents)
     rows = []
     notes = [*_notes(memory), "Context per query is k times the mean tokens of the chunks actually produced."]
+    if embedder is None:
+        notes.append(
+            "Chunks as the chunker alone makes them: a version of a model holds more when some are over the model's "
+            "input limit in its own tokenizer (backfill splits them again); give --embedder to count for that model."
+        )
+    else:
+        notes.append(
+            f"Chunks as a version of {embedder.ref} holds them: split again where over its input limit of "
+            f"{embedder.max_input_tokens:,} tokens (its own tokenizer), as backfill does."
+        )
     for spec in chunker_specs:
-        chunker = get_chunker(spec)
+        chunker = get_chunker(spec, embedder=embedder)
         produced = [c for document in documents for c in chunker.chunk(document.text, document.doc_id)]
         chunk_list = [c for c in produced if not c.is_parent]  # small-to-big parents are not embedded
         parents = [c for c in produced if c.is_parent]
@@ -446,12 +461,15 @@ def estimate_from(
     question_tokens: int = 0,
     memory: str | int | None = None,
     hnsw_m: int = 16,
+    embedder: str | None = None,
 ) -> Estimate:
     """The estimate for whichever description of the corpus is given (what ``toolkit estimate`` takes): real files
     (``corpus`` with ``chunkers`` specs: ``estimate_corpus``), a chunk count (``chunk_total``), or a size in tokens,
     words or pages (``corpus_tokens``), each with ``chunk_sizes``/``overlaps`` (``pair_configs``). Counts and the
     memory may be text such as 10M or 64GB; k to question_tokens are the ``Pricing``. Refuses a mix of descriptions.
-    ``dims`` defaults to 1536 and ``storage`` to float32."""
+    ``dims`` defaults to 1536 and ``storage`` to float32; ``embedder`` (a reference such as
+    ``sentence-transformers:all-MiniLM-L6-v2``, with ``corpus`` only) counts chunks as that model's version holds
+    them."""
     pricing = Pricing(
         k=k,
         embed_price=embed_price,
@@ -473,7 +491,17 @@ def estimate_from(
                 "--corpus measures the corpus itself: drop --tokens/--words/--pages/--chunks and give the "
                 "chunking as --chunker SPEC (e.g. markdown:400:40) instead of --chunk/--overlap."
             )
-        return estimate_corpus(corpus, chunkers, **shape)
+        from toolkit.embedding import get_embedder
+
+        model = get_embedder(embedder) if embedder else None
+        if model is not None and not dims and model.dimensions:
+            shape["dims"] = (model.dimensions,)  # its vectors, unless other dimensions are asked for
+        return estimate_corpus(corpus, chunkers, embedder=model, **shape)
+    if embedder:
+        raise InputError(
+            "--embedder counts the chunks of a real corpus as that model's version holds them: give it with --corpus "
+            "and --chunker SPEC."
+        )
     if chunkers:
         raise InputError("--chunker needs --corpus PATH to chunk; without a corpus use --chunk and --overlap.")
     if chunk_total is not None:

@@ -135,7 +135,8 @@ def ingest(
     report.documents = len(documents)
     report.seconds["read"] = time.perf_counter() - began
     progress = progress or Progress("ingest", unit="documents", quiet=True)
-    progress.total = len(documents)
+    # Counted in documents; the share and the ETA in bytes of text (a long document is most of the work).
+    progress.set_total(len(documents), weight=sum(len(item.text) for _, item in documents))
 
     _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap)
 
@@ -302,7 +303,11 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
                 report.versions = [t.version for t in targets]
                 index, pending = pending.index, None
                 continue
-            progress.advance(len(pending.documents), chunks=sum(report.chunks_written.values()))
+            progress.advance(
+                len(pending.documents),
+                weight=sum(len(item.text) for _, item in pending.documents),
+                chunks=f"{sum(report.chunks_written.values()):,}",
+            )
             pending = following
     finally:
         worker.close()

@@ -1,9 +1,14 @@
 """Progress of long work: a live line on a terminal (done, share, rate, ETA), redrawn on time and not only when a
-batch ends, with the rate and ETA from recent throughput; nothing at all when stderr is not a terminal (logs, CI).
+batch ends, with the rate and ETA from recent throughput; nothing at all when stderr is not a terminal (logs, CI)
+or the command was given ``--quiet``.
+
+``TOOLKIT_PROGRESS=always`` shows it anyway (off a terminal: one plain line every ``LOG_TICK`` seconds and a last
+one at the end, for a CI log); ``TOOLKIT_PROGRESS=never`` hides it on a terminal too.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -13,8 +18,25 @@ from typing import TextIO
 
 # Rate and ETA come from the work done in the last RECENT seconds (at least the last two reports): a cumulative
 # average carries the slow or fast start of a run into its end (e5's backfill said "ETA 30s" and took 101 s).
+# The time before the first report (a model loading, a first batch) is not throughput: the rate counts from the
+# first report on, and the ETA waits for a second one.
 RECENT = 30.0
 TICK = 0.25
+LOG_TICK = 10.0
+ENVIRONMENT = "TOOLKIT_PROGRESS"
+
+
+def shown(stream: TextIO, quiet: bool = False) -> bool:
+    """Whether progress is drawn on ``stream``: never under ``quiet``, else as ``TOOLKIT_PROGRESS`` says
+    (``always`` / ``never``), else only on a terminal."""
+    if quiet:
+        return False
+    forced = os.environ.get(ENVIRONMENT, "").strip().lower()
+    if forced in ("always", "1", "on", "yes"):
+        return True
+    if forced in ("never", "0", "off", "no"):
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def _duration(seconds: float) -> str:
@@ -65,10 +87,12 @@ class Progress:
         self.total_weight: int | None = None
         self.extra: dict[str, str] = {}
         self.started = clock()
-        self._samples: deque[tuple[float, int, int]] = deque([(self.started, 0, 0)])
-        tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.quiet = quiet or not tty
-        self.tick = tick
+        # (time, items, weight) of the reports in the recent window; the first report is kept as the window's start
+        # until RECENT seconds of later ones exist.
+        self._samples: deque[tuple[float, int, int]] = deque()
+        self.quiet = not shown(self.stream, quiet)
+        self._terminal = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tick = tick if self._terminal else max(tick, LOG_TICK)
         self._lock = threading.Lock()
         self._finished = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -96,10 +120,15 @@ class Progress:
             return self._rate(self._clock() if now is None else now)
 
     def _rate(self, now: float) -> tuple[float, float]:
+        if not self._samples:
+            return 0.0, 0.0
         first, last = self._samples[0], self._samples[-1]
+        if len(self._samples) == 1:
+            # One report: all there is to go by is the whole run so far (shown, but no ETA is made of it).
+            first = (self.started, 0, 0)
         # Up to now, not to the last report: a stall shows as a falling rate instead of a frozen one.
         span = max(now, last[0]) - first[0]
-        if span <= 0 or last[1] == first[1]:
+        if span <= 0 or (last[1] == first[1] and last[2] == first[2]):
             return 0.0, 0.0
         return (last[1] - first[1]) / span, (last[2] - first[2]) / span
 
@@ -109,6 +138,8 @@ class Progress:
             return self._eta(self._clock() if now is None else now)
 
     def _eta(self, now: float) -> float | None:
+        if len(self._samples) < 2:
+            return None  # the first report's time includes the start (a model loading): not a rate to plan by
         items, weight = self._rate(now)
         if self.total_weight:
             return (self.total_weight - self.weight_done) / weight if weight > 0 else None
@@ -132,7 +163,7 @@ class Progress:
                 text += f" ({100 * min(share, 1.0):.0f}%)"
             items, _ = self._rate(now)
             text += f", {_rate(items, self.unit)}, {_duration(now - self.started)}"
-            eta = self._eta(now)
+            eta = None if self._finished.is_set() else self._eta(now)
             if eta is not None and share is not None and share < 1:
                 text += f", ETA {_duration(max(0.0, eta))}"
             for key, value in self.extra.items():
@@ -145,7 +176,7 @@ class Progress:
         self._finished.set()
         if self._ticker is not None:
             self._ticker.join()
-        if not self.quiet:
+        if not self.quiet and (self._samples or self._ticker is not None):  # nothing reported, nothing to say
             self._draw(final=True)
 
     def _start(self) -> None:
@@ -162,5 +193,8 @@ class Progress:
 
     def _draw(self, final: bool) -> None:
         text = self.line()
-        self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        if self._terminal:
+            self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")  # forced on off a terminal (a CI log): plain lines
         self.stream.flush()

@@ -19,6 +19,7 @@ import psycopg
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
+from toolkit.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,14 @@ def questions_from_log(
     return [Question(t, q) for t, q in dict.fromkeys(rows)]
 
 
-def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Question], *, k: int = 5) -> ShadowReport:
+def shadow(
+    conn: psycopg.Connection,
+    candidate: int,
+    questions: Sequence[Question],
+    *,
+    k: int = 5,
+    progress: Progress | None = None,
+) -> ShadowReport:
     """Replays ``questions`` on the active version and on ``candidate`` (see the module docstring)."""
     from toolkit.search import query_embedder, search
     from toolkit.serving import version_model
@@ -183,35 +191,41 @@ def shadow(conn: psycopg.Connection, candidate: int, questions: Sequence[Questio
     sides = {v: (version_model(conn, v), query_embedder(conn, version_model(conn, v))) for v in (active, candidate)}
     timings: dict[int, dict[str, list[float]]] = {v: {"embed": [], "search": []} for v in sides}
     compared, failed = [], []
+    progress = progress or Progress("shadow", unit="questions", quiet=True)
+    progress.set_total(len(questions))
     for q in questions:
-        spans = {}
         try:
-            for version, (_, embedder) in sides.items():
-                began = time.perf_counter()
-                vector = embedder.embed_query(q.text)
-                embedded = time.perf_counter()
-                # What applications get by default (passages): the question's text goes with its vector.
-                hits = search(conn, vector, q.tenant, k, version=version, log=False, query_text=q.text)
-                timings[version]["embed"].append((embedded - began) * 1000)
-                timings[version]["search"].append((time.perf_counter() - embedded) * 1000)
-                spans[version] = [(h.doc_id, h.start, h.end) for h in hits]
-        except InputError as error:
-            failed.append(f"{q.tenant}: {q.text[:80]}: {error}")
-            continue
-        a, c = spans[active], spans[candidate]
-        if not a and not c:  # nothing to compare: an empty (or unknown) tenant is not "the versions agree"
-            failed.append(f"{q.tenant}: {q.text[:80]}: neither version holds a chunk of tenant {q.tenant}")
-            continue
-        compared.append(
-            Compared(
-                q.tenant,
-                q.text,
-                span_overlap(a, c),
-                span_overlap(a[:1], c[:1]),
-                f"{a[0][0]}:{a[0][1]}-{a[0][2]}" if a else None,
-                f"{c[0][0]}:{c[0][1]}-{c[0][2]}" if c else None,
+            spans = {}
+            try:
+                for version, (_, embedder) in sides.items():
+                    began = time.perf_counter()
+                    vector = embedder.embed_query(q.text)
+                    embedded = time.perf_counter()
+                    # What applications get by default (passages): the question's text goes with its vector.
+                    hits = search(conn, vector, q.tenant, k, version=version, log=False, query_text=q.text)
+                    timings[version]["embed"].append((embedded - began) * 1000)
+                    timings[version]["search"].append((time.perf_counter() - embedded) * 1000)
+                    spans[version] = [(h.doc_id, h.start, h.end) for h in hits]
+            except InputError as error:
+                failed.append(f"{q.tenant}: {q.text[:80]}: {error}")
+                continue
+            a, c = spans[active], spans[candidate]
+            if not a and not c:  # nothing to compare: an empty (or unknown) tenant is not "the versions agree"
+                failed.append(f"{q.tenant}: {q.text[:80]}: neither version holds a chunk of tenant {q.tenant}")
+                continue
+            compared.append(
+                Compared(
+                    q.tenant,
+                    q.text,
+                    span_overlap(a, c),
+                    span_overlap(a[:1], c[:1]),
+                    f"{a[0][0]}:{a[0][1]}-{a[0][2]}" if a else None,
+                    f"{c[0][0]}:{c[0][1]}-{c[0][2]}" if c else None,
+                )
             )
-        )
+        finally:
+            progress.advance(1, compared=len(compared))
+    progress.finish()
     if not compared:
         raise InputError("No question could be replayed: " + "; ".join(failed[:3]).rstrip(".") + ".")
     latency = {
@@ -246,6 +260,7 @@ def shadow_version(
     tenant: str | None = None,
     k: int = 5,
     max_questions: int = MAX_LOGGED_QUESTIONS,
+    progress: Progress | None = None,
 ) -> ShadowReport:
     """``shadow`` of the version named by its model (and chunker) or its number (``toolkit.cutover.resolve_version``),
     on the questions of ``queries_path`` (``questions_from_file``) or, without it, of the query log of the last
@@ -259,4 +274,4 @@ def shadow_version(
     else:
         lookback = since if isinstance(since, timedelta) else parse_duration(since)
         questions = questions_from_log(conn, lookback, tenant, max_questions)
-    return shadow(conn, candidate, questions, k=k)
+    return shadow(conn, candidate, questions, k=k, progress=progress)

@@ -21,6 +21,7 @@ from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 from toolkit.evaluation.metrics import RetrievalMetrics
 from toolkit.evaluation.queries import load_queries
+from toolkit.progress import Progress
 
 # The chunking guide's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused
 # unless the caller says so (min_queries).
@@ -142,15 +143,25 @@ def query_set_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _embeddings(conn: psycopg.Connection, version: int, questions: list[str], done: dict) -> list[list[float]]:
+def _embeddings(
+    conn: psycopg.Connection, version: int, questions: list[str], done: dict, progress=None
+) -> list[list[float]]:
     """The questions' vectors with the version's model; ``done`` (by embedder) keeps a second version of the same
     model (a chunker change) from embedding every question again."""
     from toolkit.search import query_embedder, version_model
 
     embedder = query_embedder(conn, version_model(conn, version))
-    if id(embedder) not in done:
-        done[id(embedder)] = (embedder, [[float(x) for x in embedder.embed_query(q)] for q in questions])
-    return done[id(embedder)][1]
+    if id(embedder) in done:
+        if progress is not None:
+            progress.advance(len(questions))
+        return done[id(embedder)][1]
+    vectors = []
+    for question in questions:
+        vectors.append([float(x) for x in embedder.embed_query(question)])
+        if progress is not None:
+            progress.advance(1)
+    done[id(embedder)] = (embedder, vectors)
+    return vectors
 
 
 def _side(conn: psycopg.Connection, version: int, metrics: dict) -> Side:
@@ -171,6 +182,7 @@ def verify(
     min_recall: float | None = None,
     max_drop: float = 0.0,
     min_queries: int = MIN_QUERIES,
+    progress: Progress | None = None,
 ) -> VerifyReport:
     """Scores the candidate (and the active version, if another one is active) in SQL, which applies the gate and
     stores the evaluation. With no other active version the gate needs ``min_recall``; a query set smaller than
@@ -200,12 +212,16 @@ def verify(
             f"No other version is active to compare version {candidate} with, so the gate needs an absolute floor: "
             "give --min-recall (the recall@k it must reach, e.g. 0.8)."
         )
+    # Progress in questions embedded (each version's model embeds every question), then SQL's scoring.
+    progress = progress or Progress("verify", unit="questions", quiet=True)
+    progress.set_total(len(questions) * (1 if baseline is None else 2))
     embedded: dict = {}
-    for item, vector in zip(payload, _embeddings(conn, candidate, questions, embedded), strict=True):
+    for item, vector in zip(payload, _embeddings(conn, candidate, questions, embedded, progress), strict=True):
         item["embedding"] = vector
     if baseline is not None:
-        for item, vector in zip(payload, _embeddings(conn, baseline, questions, embedded), strict=True):
+        for item, vector in zip(payload, _embeddings(conn, baseline, questions, embedded, progress), strict=True):
             item["baseline_embedding"] = vector
+    progress.advance(0, now="searching and scoring in SQL")
     digest = query_set_hash(queries_path)
     with translate_errors(), conn.transaction():
         evaluation_id = conn.execute(
@@ -215,6 +231,8 @@ def verify(
         metrics, gate, passed = conn.execute(
             "SELECT metrics, gate, passed FROM toolkit.evaluations WHERE evaluation_id = %s", (evaluation_id,)
         ).fetchone()
+    progress.advance(0, now="scored")
+    progress.finish()
     cand = _side(conn, candidate, metrics["candidate"])
     base = _side(conn, baseline, metrics["baseline"]) if baseline is not None else None
     wins, losses = [], []

@@ -21,6 +21,7 @@ INCREMENTAL = [
     "007-operations-settings.sql",
     "008-deletions.sql",
     "009-document-metadata-keys.sql",
+    "010-drop-old-signatures.sql",
 ]
 
 

@@ -60,6 +60,19 @@ BEGIN
 END
 $$;
 
+-- The tenants the session's login is bound to (toolkit tenant grant), or NULL when it is unbound and chooses its
+-- tenant. A login learns only its own binding, never which other tenants exist.
+-- Definer: reads the bindings through _session_binding, which only the owner may call.
+CREATE OR REPLACE FUNCTION toolkit.bound_tenants()
+RETURNS text[]
+LANGUAGE sql
+STABLE PARALLEL SAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT toolkit._session_binding()
+$$;
+
 -- Returns the tenant set for this transaction (or session); NULL when none is set, or when the login is bound to
 -- other tenants (toolkit tenant grant): a bound login then sees no rows, whatever it set.
 -- Definer: reads the bindings through _session_binding, which only the owner may call.
@@ -108,19 +121,40 @@ AS $$
     SELECT coalesce(nullif(current_setting('toolkit.principals', true), '')::text[], '{}'::text[])
 $$;
 
--- Sets the tenant for the current transaction only (safe behind connection poolers).
+-- Sets the tenant for the current transaction only (safe behind connection poolers). A login bound to tenants
+-- (toolkit tenant grant) that names another one is refused, naming its binding: it would see no rows (the
+-- policies hide them), and an empty answer is not how a misconfiguration should show. Setting toolkit.tenant by
+-- hand instead of through this function still shows it no rows. Its first lock in a reader's transaction is
+-- toolkit.tenant_bindings, which is why a migration locks that table before the views.
+-- Definer: reads toolkit.tenant_bindings (owner only), one indexed lookup inline (every search calls this); a
+-- binding that cannot hold is reported as the reads report it (_session_binding fails closed).
 CREATE OR REPLACE FUNCTION toolkit.set_tenant(tenant text)
 RETURNS text
 LANGUAGE plpgsql
 VOLATILE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    bound text[];
 BEGIN
     IF tenant IS NULL OR tenant = '' THEN
         RAISE EXCEPTION 'the tenant must be a non-empty string'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Call toolkit.set_tenant(''your-tenant'') inside the transaction that queries.';
+    END IF;
+    bound := ARRAY(
+        SELECT b.tenant FROM toolkit.tenant_bindings AS b
+        WHERE b.login_oid = (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname = session_user)
+        ORDER BY 1
+    );
+    IF cardinality(bound) > 0 AND NOT tenant = ANY (bound) THEN
+        PERFORM toolkit._session_binding();  -- a binding that can no longer hold says so first, as on every read
+        RAISE EXCEPTION 'login % is bound to tenant % (toolkit tenant grant), so it cannot set tenant %',
+            session_user, array_to_string(bound, ', '), quote_literal(tenant)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Set one of the tenants it is bound to, or have the DBA bind it to this one as well '
+                      '(toolkit tenant grant LOGIN TENANT).';
     END IF;
     RETURN set_config('toolkit.tenant', tenant, true);
 END

@@ -577,9 +577,6 @@ BEGIN
 END
 $$;
 
--- Its result gained a column in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
-DROP FUNCTION IF EXISTS toolkit.live_versions();
-
 -- The versions that receive writes (every state but retired), oldest first, with their chunk tables (quoted):
 -- ingest writes each document to all.
 CREATE OR REPLACE FUNCTION toolkit.live_versions()

@@ -353,8 +353,6 @@ AS $$
     INNER JOIN toolkit.versions AS x ON last.from_version = x.version AND x.state = 'standby'
 $$;
 
-DROP FUNCTION IF EXISTS toolkit.retire_version(integer, text);  -- before 0005: no force
-
 -- Retires a version that is neither active nor a canary candidate: its chunk table is dropped, its registry row kept.
 -- The rollback target inside the rollback window (toolkit.protected_standby()) needs force.
 -- Definer: drops a table the deployer does not own.
@@ -469,9 +467,6 @@ AS $$
     INNER JOIN toolkit.models AS m ON v.model_alias = m.alias
     WHERE v.state = 'active'
 $$;
-
--- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
-DROP FUNCTION IF EXISTS toolkit.version_status();
 
 -- One row per version: model, chunker, state, what it serves, rows, pending rows and documents, documents and
 -- tenants, index validity, the last evaluation (and whether it still counts for a cutover).

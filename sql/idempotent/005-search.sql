@@ -13,27 +13,6 @@ SELECT
 -- not loaded yet (a placeholder) in a function's SET clause, as the search functions do.
 SELECT vector_dims('[1]'::vector) AS library_loaded;
 
--- Signatures of earlier releases (without the version argument, or without pages in the result): dropped, since
--- CREATE OR REPLACE cannot change them and each name must stay unique.
-DROP FUNCTION IF EXISTS toolkit._search_target(vector, text);
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN
-        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc AS p
-        WHERE p.pronamespace = 'toolkit'::regnamespace
-            AND p.proname IN ('search_chunks', 'hybrid_search_chunks', 'search_context', 'search_passages')
-            AND (pg_get_function_identity_arguments(p.oid) NOT LIKE '%query_version integer%'
-                OR pg_get_function_result(p.oid) NOT LIKE '%pages integer[]%'
-                OR (p.proname <> 'search_context'
-                    AND pg_get_function_identity_arguments(p.oid) NOT LIKE '%diversity double precision%'))
-    LOOP
-        EXECUTE format('DROP FUNCTION %s', f);
-    END LOOP;
-END
-$$;
-
 -- Returns the version a search reads and how to rank it. A search is pinned to the version (or the model alias) its
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
 -- or standby), whatever a cutover does meanwhile; an unpinned search reads the active version. Refuses a query vector
@@ -414,6 +393,34 @@ BEGIN
 END
 $$;
 
+-- Called by a search with a heading_prefix filter that found nothing: when none of the tenant's chunks in the
+-- version has a heading path (its chunker records none: fixed, sentence, recursive, semantic…), the filter could
+-- never match, and an empty answer would hide the mistake; raise, naming the version and its chunker. Asked only
+-- after an empty filtered search, so no other search pays for it.
+CREATE OR REPLACE FUNCTION toolkit._heading_filter_unmatchable(version integer, chunk_table text, tenant text)
+RETURNS void
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    any_heading boolean;
+BEGIN
+    EXECUTE format(
+        'SELECT EXISTS (SELECT FROM toolkit.%I AS c WHERE c.tenant = $1 AND cardinality(c.heading_path) > 0)',
+        chunk_table)
+    INTO any_heading USING tenant;
+    IF NOT any_heading THEN
+        RAISE EXCEPTION 'version % (chunker %) stores no heading paths for tenant %, so heading_prefix matches nothing',
+            version, (SELECT m.chunker_version FROM toolkit.version_model(version) AS m), quote_literal(tenant)
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Search without heading_prefix, or search a version built with a chunker that records '
+                      'headings (markdown, html, code).';
+    END IF;
+END
+$$;
+
 -- The release 0004 form (values and the condition text, numbered $5 .. $10), kept unchanged for a search of that
 -- release still running when an upgrade commits (its body asks for the condition); this release's searches call
 -- _search_filter_values, which parses the filters for both.
@@ -572,6 +579,9 @@ BEGIN
             USING query_embedding, k, tenant, target.version,
                 f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
                 target.model_alias, min_score, diversity, toolkit._mmr_candidates(k);
+        END IF;
+        IF NOT FOUND AND f.heading_prefix IS NOT NULL THEN
+            PERFORM toolkit._heading_filter_unmatchable(target.version, target.chunk_table, tenant);
         END IF;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);

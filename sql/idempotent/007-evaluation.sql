@@ -269,6 +269,3 @@ BEGIN
     RETURN new_id;
 END
 $$;
-
--- Old entry point of earlier releases (the writer could record any result): gone.
-DROP FUNCTION IF EXISTS toolkit.record_evaluation(integer, text, integer, integer, jsonb, boolean, integer, jsonb);

@@ -28,9 +28,6 @@ BEGIN
 END
 $$;
 
--- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
-DROP FUNCTION IF EXISTS toolkit.query_log_status();
-
 -- The query log's settings, bounds and size: sample rate, retention, logged questions and the oldest one, the row
 -- cap and the rate per login, and how many questions the bounds kept out (skipped over the rate, pruned over the cap).
 -- Definer: reads the settings and counts every tenant's logged questions.
@@ -224,9 +221,6 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT s.sample_rate FROM toolkit.query_log_settings AS s
 $$;
-
--- Its arguments gained max_questions in this release: the old signature is dropped (it would be an ambiguous overload).
-DROP FUNCTION IF EXISTS toolkit.logged_questions(timestamptz, text);
 
 -- Logged questions since a time, for replay (toolkit shadow --from-log): tenant, question, served version, results;
 -- each distinct (tenant, question) once, at most max_questions of them, a uniform random sample when there are more

@@ -87,9 +87,6 @@ BEGIN
 END
 $$;
 
--- Its result gained columns in this release: dropped first, since CREATE OR REPLACE cannot change a result type.
-DROP FUNCTION IF EXISTS toolkit.list_tenant_bindings();
-
 -- Every binding: the login (its current name), the tenant, whether it holds (bound; or, failing closed: role
 -- dropped or not re-linked, a group role, a service role), who granted it and when, and the name it was bound under.
 -- Definer: reads toolkit.tenant_bindings, which only the owner may read.

@@ -216,6 +216,9 @@ BEGIN
             -- 0 / 0 would fail even when no row is scored.
             CASE WHEN text_n > 0 AND text_total > 0 THEN text_total / text_n ELSE 1 END, known, known_df,
             fetch_count, min_score, diversity;
+        IF NOT FOUND AND f.heading_prefix IS NOT NULL THEN
+            PERFORM toolkit._heading_filter_unmatchable(target.version, target.chunk_table, tenant);
+        END IF;
     EXCEPTION WHEN undefined_table THEN
         PERFORM toolkit._version_gone(target.version);
     END;

@@ -201,6 +201,7 @@ def build_chunks(
     refuse)."""
     text = document.text
     counted = []
+    seen = None  # the spans kept, once a split to the model's limit may repeat one
     for item in spans:
         span, n = item if isinstance(item, tuple) else (item, document.embed_tokens(item))
         if span.end <= span.start or text[span.start : span.end].isspace():
@@ -212,11 +213,18 @@ def build_chunks(
                     f"the embedding model's input limit of {max_tokens} tokens; use a smaller chunk size, "
                     "or on_overflow=split to split such chunks further."
                 )
-            counted.extend(
-                (piece, document.embed_tokens(piece))
-                for piece in _split_to_limit(document, span, max_tokens, limit_counter)
-            )
-        else:
+            # Two overlapping spans over the limit can split into the same piece: it is kept once (the same span
+            # twice is the same chunk id, which a version's table refuses).
+            if seen is None:
+                seen = {(s.start, s.end) for s, _ in counted}
+            for piece in _split_to_limit(document, span, max_tokens, limit_counter):
+                if (piece.start, piece.end) not in seen:
+                    seen.add((piece.start, piece.end))
+                    counted.append((piece, document.embed_tokens(piece)))
+        elif seen is None:
+            counted.append((span, n))
+        elif (span.start, span.end) not in seen:  # after a split, a span may repeat one of its pieces
+            seen.add((span.start, span.end))
             counted.append((span, n))
     total = len(counted)
     sha256 = hashlib.sha256

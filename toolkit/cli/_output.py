@@ -32,6 +32,10 @@ def say(message: object = "", *, err: bool = False) -> None:
     click.echo(printable(str(message)), err=err)
 
 
+QUIET_OPTION = click.option(
+    "--quiet", is_flag=True, help="No progress on stderr (it is shown on a terminal only; TOOLKIT_PROGRESS=always)."
+)
+
 FORMAT_OPTION = click.option(
     "--format",
     "output_format",

@@ -24,7 +24,12 @@ from toolkit.validation import CHUNK_TOKENS, OVERLAP_TOKENS
     type=Number(OVERLAP_TOKENS),
     help="Overlap in tokens (default: a tenth of the size, at most 40), or in sentences (default 1).",
 )
-@click.option("--embedder", metavar="REF", help="Embedder for the semantic and cluster strategies, e.g. hashing:64.")
+@click.option(
+    "--embedder",
+    metavar="REF",
+    help="Embedder for the semantic and cluster strategies, e.g. hashing:64; with any strategy, chunks over its "
+    "input limit are split again, as a version of that model holds them.",
+)
 @click.option("--clean-pdf-text", is_flag=True, help="Clean PDF-extracted .txt files first (see docs).")
 @click.option(
     "--no-pdf-cleaning",
@@ -45,7 +50,6 @@ def chunk(paths, embedder, no_pdf_cleaning, output_format, **options):
 
     A file that cannot be read is reported on stderr and skipped; the exit code is 1 if any was.
     """
-    import sys
 
     from toolkit.chunking.report import chunk_files
     from toolkit.progress import Progress
@@ -58,7 +62,7 @@ def chunk(paths, embedder, no_pdf_cleaning, output_format, **options):
         stats=out.stats,
         on_record=out.record,
         on_skipped=out.skipped,
-        progress=Progress("chunk", unit="files", quiet=not sys.stderr.isatty()),  # only on a terminal
+        progress=Progress("chunk", unit="files"),  # on a terminal only (toolkit.progress.shown)
         **options,
     )
     out.finish(report)

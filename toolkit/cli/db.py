@@ -7,7 +7,7 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._context import settings as _settings
-from toolkit.cli._output import FORMAT_OPTION, say
+from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION, say
 from toolkit.cli._params import Duration
 
 
@@ -113,18 +113,22 @@ def restore(file: str, output_format: str) -> None:
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
 @click.option("--force", is_flag=True, help="With --downgrade: delete the data the downgrade drops (back it up first).")
-def migrate(revision: str, downgrade: bool, force: bool) -> None:
+@QUIET_OPTION
+def migrate(revision: str, downgrade: bool, force: bool, quiet: bool) -> None:
     """Upgrade the schema to REVISION (default head), or downgrade with --downgrade.
 
     Wraps `alembic upgrade|downgrade`; the whole migration is one transaction.
     """
     from toolkit.db import migrate as migrations
     from toolkit.db.connection import resolve_database
+    from toolkit.progress import Progress
 
     chosen = _settings()
     target = resolve_database(chosen.database_url, chosen.data_dir).url
     before = migrations.database_revision(target)
-    result = migrations.downgrade(target, revision, force=force) if downgrade else migrations.upgrade(target, revision)
+    run = migrations.downgrade if downgrade else migrations.upgrade
+    options = {"force": force} if downgrade else {}
+    result = run(target, revision, progress=Progress("migrate", unit="steps", quiet=quiet), **options)
     after = migrations.database_revision(target)
     _render.print_migration(result, before, after, None if downgrade else migrations.head_revision(), downgrade)
 

@@ -58,6 +58,12 @@ def _overlap(text: str) -> None:
 )
 @click.option("--chunker", "chunkers", multiple=True, metavar="SPEC", help="Chunker spec, e.g. markdown:400:40.")
 @click.option(
+    "--embedder",
+    metavar="REF",
+    help="With --corpus: count chunks as a version of this model holds them (split again where over its input "
+    "limit, as backfill does), e.g. sentence-transformers:all-MiniLM-L6-v2.",
+)
+@click.option(
     "--chunk",
     "chunk_sizes",
     multiple=True,

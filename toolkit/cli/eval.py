@@ -7,7 +7,7 @@ import click
 
 from toolkit.cli import _render
 from toolkit.cli._context import open_database
-from toolkit.cli._output import FORMAT_OPTION
+from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
 from toolkit.cli._params import Number
 from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
 
@@ -71,7 +71,7 @@ from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
     "replaces --corpus, --configs and --model.",
 )
 @click.option("--tenant", help="With --version: the tenant whose documents the queries are about.")
-@click.option("--quiet", is_flag=True, help="No progress lines on stderr.")
+@QUIET_OPTION
 @FORMAT_OPTION
 def eval_command(version, plot, quiet, output_format, **options) -> None:
     """Chunk, embed and search the corpus with each configuration; report recall@k, MRR, nDCG@k, span

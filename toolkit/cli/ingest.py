@@ -8,7 +8,7 @@ import click
 
 from toolkit.cli import _render
 from toolkit.cli._context import open_database
-from toolkit.cli._output import FORMAT_OPTION
+from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
 from toolkit.cli._params import Number, read_limit_options
 from toolkit.validation import BATCH_DOCUMENTS
 
@@ -30,8 +30,9 @@ from toolkit.validation import BATCH_DOCUMENTS
     "--batch-size", type=Number(BATCH_DOCUMENTS), default=32, show_default=True, help="Documents per transaction."
 )
 @read_limit_options
+@QUIET_OPTION
 @FORMAT_OPTION
-def ingest(paths, tenant, acl, prune, batch_size, output_format, limits) -> None:
+def ingest(paths, tenant, acl, prune, batch_size, quiet, output_format, limits) -> None:
     """Ingest PATH... (Markdown, text, HTML, PDF, code) for a tenant into every live version.
 
     Unchanged documents do nothing; changed ones are re-chunked and only new chunk texts are embedded.
@@ -42,7 +43,7 @@ def ingest(paths, tenant, acl, prune, batch_size, output_format, limits) -> None
     from toolkit.progress import Progress
 
     _, conn = open_database()
-    progress = Progress("ingest", unit="documents", quiet=output_format == "json" and not sys.stderr.isatty())
+    progress = Progress("ingest", unit="documents", quiet=quiet)
     try:
         with conn:
             report = run(

@@ -9,7 +9,7 @@ import click
 from toolkit import validation
 from toolkit.cli import _render
 from toolkit.cli._context import database_url, in_database
-from toolkit.cli._output import FORMAT_OPTION
+from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
 from toolkit.cli._params import Duration, Number
 
 VERSION_OPTIONS = [
@@ -75,8 +75,9 @@ def version_options(function):
     type=Number(validation.DIMENSIONS),
     help="Store fewer dimensions (models that support shortening only).",
 )
+@QUIET_OPTION
 @FORMAT_OPTION
-def backfill(model_alias, chunker_spec, output_format, **options) -> None:
+def backfill(model_alias, chunker_spec, quiet, output_format, **options) -> None:
     """Chunk, embed and write every stored document into the version for (--model, --chunker).
 
     The database is the work queue: each document's rows are written whole, once, in the transaction that
@@ -94,7 +95,7 @@ def backfill(model_alias, chunker_spec, output_format, **options) -> None:
             model_alias,
             chunker_spec,
             on_stop=_render.say_backfill_stopping,
-            progress=Progress("backfill", unit="documents"),
+            progress=Progress("backfill", unit="chunks", quiet=quiet),
             **options,
         )
     except KeyboardInterrupt:
@@ -142,8 +143,9 @@ def backfill(model_alias, chunker_spec, output_format, **options) -> None:
     show_default=True,
     help="Fail when recall@k is more than this below the active version's.",
 )
+@QUIET_OPTION
 @FORMAT_OPTION
-def verify(output_format, **options) -> None:
+def verify(quiet, output_format, **options) -> None:
     """Run the labelled queries against the candidate and the active version through the SQL applications use.
 
     Reports recall@k, MRR, nDCG@k and span recall/precision/IoU side by side, the queries the candidate wins
@@ -151,9 +153,10 @@ def verify(output_format, **options) -> None:
     (toolkit.evaluate_version), which alone records the result. With no other version active, --min-recall is
     required; a query set smaller than --min-queries is refused.
     """
+    from toolkit.progress import Progress
     from toolkit.verify import verify_version
 
-    report = in_database(verify_version, **options)
+    report = in_database(verify_version, progress=Progress("verify", unit="questions", quiet=quiet), **options)
     _render.print_verify(report, output_format)
     if not report.passed:
         sys.exit(1)

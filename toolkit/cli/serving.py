@@ -9,7 +9,7 @@ import click
 from toolkit import validation
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
-from toolkit.cli._output import FORMAT_OPTION, emit, say
+from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION, emit, say
 from toolkit.cli._params import Duration, Number
 from toolkit.cli.lifecycle import version_options
 
@@ -69,18 +69,22 @@ def canary(output_format, **options) -> None:
     show_default=True,
     help="With --from-log: replay at most this many (a random sample; each is embedded by both models).",
 )
+@QUIET_OPTION
 @FORMAT_OPTION
-def shadow(queries_path, from_log, output_format, **options) -> None:
+def shadow(queries_path, from_log, quiet, output_format, **options) -> None:
     """Replay questions on the active version and the candidate, each embedded with its own model and searched
     in its own version, and report how much they agree: overlap@k of the returned text (by character spans, so
     versions with other chunkers compare), the share of questions whose first result changed, the questions that
     changed most, and p50/p95 latency per version. No labels needed.
     """
+    from toolkit.progress import Progress
     from toolkit.shadow import shadow_version
 
     if bool(queries_path) == bool(from_log):
         raise click.UsageError("Give the questions one way: --queries FILE or --from-log.")
-    _render.print_shadow(in_database(shadow_version, queries_path=queries_path, **options), output_format)
+    progress = Progress("shadow", unit="questions", quiet=quiet)
+    report = in_database(shadow_version, queries_path=queries_path, progress=progress, **options)
+    _render.print_shadow(report, output_format)
 
 
 @click.command("query-log", short_help="Turn the opt-in question log on or off, and see it.")

@@ -30,20 +30,20 @@ class MigrationResult:
     notices: list[str] = field(default_factory=list)
 
 
-def upgrade(url: str, revision: str = "head", *, reapply: bool = False) -> MigrationResult:
+def upgrade(url: str, revision: str = "head", *, reapply: bool = False, progress=None) -> MigrationResult:
     """Upgrades the database to ``revision`` (default: head) in one transaction; at head with this installation's
     SQL already in place it does nothing (``reapply`` re-applies the idempotent SQL anyway)."""
     from alembic import command
 
-    return _run(command.upgrade, url, revision, direction="upgrade", reapply=reapply)
+    return _run(command.upgrade, url, revision, direction="upgrade", reapply=reapply, progress=progress)
 
 
-def downgrade(url: str, revision: str, *, force: bool = False) -> MigrationResult:
+def downgrade(url: str, revision: str, *, force: bool = False, progress=None) -> MigrationResult:
     """Downgrades the database to ``revision`` (``base`` removes the toolkit schema). A downgrade that would delete
     data is refused, naming what it would delete, unless ``force``."""
     from alembic import command
 
-    return _run(command.downgrade, url, revision, direction="downgrade", force=force)
+    return _run(command.downgrade, url, revision, direction="downgrade", force=force, progress=progress)
 
 
 def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
@@ -52,9 +52,13 @@ def _run(action, url: str, revision: str, **attributes) -> MigrationResult:
 
     check_revision(revision)
     config = _config(url)
-    config.attributes.update(attributes)
+    config.attributes.update(attributes, target_revision=revision)
     try:
-        action(config, revision)
+        try:
+            action(config, revision)
+        finally:
+            if attributes.get("progress") is not None:
+                attributes["progress"].finish()
     except psycopg.Error as error:
         from toolkit.db.errors import describe_database_error, one_line
 

@@ -2,7 +2,8 @@
 
 One migration at a time: the second waits for the first (on a private table no reader may lock, or, before the
 schema exists, on a transaction-level advisory lock) and says so. Then every view and table of the schema is
-locked in one statement, views before tables (the order readers take them). Each attempt waits at most
+locked in one statement in the order readers take them: ``toolkit.tenant_bindings`` first (``toolkit.set_tenant``,
+a reader transaction's first statement, reads it), then the views, then the tables. Each attempt waits at most
 ``ATTEMPT_TIMEOUT_MS``, less than PostgreSQL's one-second deadlock timeout, so a reader is never chosen as a deadlock
 victim: the migration gives up its partial locks (a savepoint), waits a little and tries again, and after
 ``TOTAL_WAIT_S`` fails with a message naming who holds the locks.
@@ -81,13 +82,13 @@ def _serialize(conn: psycopg.Connection, say: Callable[[str], None]) -> None:
 
 
 def _objects(conn: psycopg.Connection) -> list[str]:
-    """Every view and table of the toolkit schema, views first, then tables in the order they were created
-    (registry tables, documents, then the chunk tables): everything a migration may alter, so nothing it does
-    after taking these waits for a reader."""
+    """Every view and table of the toolkit schema: the tenant bindings (which set_tenant reads before anything
+    else), the views, then the tables in the order they were created (registry tables, documents, then the chunk
+    tables): everything a migration may alter, so nothing it does after taking these waits for a reader."""
     rows = conn.execute(
         "SELECT c.oid::regclass::text FROM pg_catalog.pg_class AS c"
         " WHERE c.relnamespace = to_regnamespace('toolkit') AND c.relkind IN ('v', 'r', 'p')"
-        " ORDER BY c.relkind = 'v' DESC, c.oid"
+        " ORDER BY c.oid = to_regclass('toolkit.tenant_bindings') DESC, c.relkind = 'v' DESC, c.oid"
     ).fetchall()
     return [name for (name,) in rows]
 

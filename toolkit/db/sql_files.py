@@ -73,10 +73,13 @@ def sql_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def apply_idempotent(dbapi_connection) -> None:
-    """Re-applies every idempotent file (functions, views, policies, grants), then records the fingerprint."""
+def apply_idempotent(dbapi_connection, on_file=None) -> None:
+    """Re-applies every idempotent file (functions, views, policies, grants), then records the fingerprint;
+    ``on_file(path)`` is called after each file (toolkit migrate's progress)."""
     for path in idempotent_files():
         execute_sql_file(dbapi_connection, path)
+        if on_file is not None:
+            on_file(path)
     dbapi_connection.execute(f"COMMENT ON SCHEMA toolkit IS 'toolkit schema; SQL fingerprint {sql_fingerprint()}'")
 
 

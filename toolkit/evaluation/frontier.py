@@ -46,7 +46,8 @@ def plot_frontier(report: EvalReport, path: str | Path) -> Path:
         # Labels of points close together are stacked downwards instead of printed over each other.
         near = sum(1 for px, py in placed if abs(px - x) < 0.15 * width and abs(py - y) < 0.03)
         placed.append((x, y))
-        axes.annotate(result.spec, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near), fontsize=8)
+        # By chunker and retrieval: two retrievals of one chunker are two points that must be told apart.
+        axes.annotate(result.name, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near), fontsize=8)
     frontier = sorted((r for r in report.configs if r.pareto), key=lambda r: r.retrieved_tokens)
     if frontier:
         axes.step(

@@ -257,7 +257,7 @@ def _evaluate_config(
     if progress and (pending := cache.missing(embedder, texts)):
         from toolkit.progress import Progress
 
-        meter = Progress(f"{spec}: embedding", pending, unit="texts")
+        meter = Progress(f"eval {spec}: embedding", pending, unit="chunks")
     vectors = cache.embed_documents(embedder, texts, None if meter is None else meter.advance)
     if meter is not None:
         meter.finish()
