@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.db.connection import translate_errors
@@ -29,12 +27,22 @@ from toolkit.progress import Progress
 from toolkit.store.chunk_table import (
     LiveVersion,
     chunk_row,
-    copy_chunk_rows,
     known_embeddings,
     live_versions,
     lock_live_version_ids,
+    replace_document_rows,
 )
-from toolkit.store.documents import delete_documents, document_hash, lock_documents, validate_labels, validate_tenant
+from toolkit.store.documents import (
+    delete_documents,
+    document_hash,
+    documents_under_root,
+    lock_documents,
+    move_documents,
+    stored_documents,
+    upsert_documents,
+    validate_labels,
+    validate_tenant,
+)
 
 
 class _VersionsChanged(Exception):
@@ -146,11 +154,7 @@ def ingest(
             for root, seen in seen_by_root.items():
                 if validation.text_problem(root):
                     continue  # a path that is not UTF-8 was never stored, so nothing under it can be stale
-                rows = conn.execute(
-                    "SELECT doc_id FROM toolkit.documents WHERE tenant = %s AND metadata->>'root' = %s",
-                    (tenant, root),
-                ).fetchall()
-                stale += [r[0] for r in rows if r[0] not in seen]
+                stale += [doc_id for doc_id in documents_under_root(conn, tenant, root) if doc_id not in seen]
             # As toolkit delete does (audited, the logged questions citing them too), in this transaction.
             report.deleted = delete_documents(conn, tenant, sorted(stale), reason="toolkit ingest --prune")
     progress.finish()
@@ -317,15 +321,7 @@ def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestRepor
     """Which documents of the batch changed, and the stored vectors each version can reuse for them."""
     planned = _Batch(index, batch, list(targets), [getattr(report, name) for name in _COUNTERS])
     doc_ids = [doc.doc_id for _, doc in batch]
-    with conn.transaction():
-        stored = {
-            r[0]: (r[1], list(r[2]), r[3], r[4])
-            for r in conn.execute(
-                "SELECT doc_id, content_hash, access_labels, metadata->>'root', source FROM toolkit.documents"
-                " WHERE tenant = %s AND doc_id = ANY(%s)",
-                (tenant, doc_ids),
-            )
-        }
+    stored = stored_documents(conn, tenant, doc_ids)
     for root, doc in batch:
         digest = document_hash(doc.text)
         if doc.doc_id in stored and stored[doc.doc_id][:2] == (digest, labels):
@@ -409,12 +405,7 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
 
 def _write_moved(conn, tenant, moved) -> None:
     """Updates the source path and root of unchanged documents read from another place; no chunk is touched."""
-    with translate_errors(), conn.transaction():
-        conn.cursor().executemany(
-            "UPDATE toolkit.documents SET source = %s, metadata = metadata || jsonb_build_object('root', %s::text)"
-            " WHERE tenant = %s AND doc_id = %s",
-            [(str(doc.source), root, tenant, doc.doc_id) for root, doc in moved],
-        )
+    move_documents(conn, tenant, [(doc.doc_id, str(doc.source), root) for root, doc in moved])
 
 
 def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:
@@ -424,39 +415,17 @@ def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: I
         if lock_live_version_ids(conn) != [t.version for t in targets]:
             raise _VersionsChanged
         lock_documents(conn, tenant, changed_ids)
-        # One statement for the batch (psycopg pipelines executemany): no round trip per document.
-        conn.cursor().executemany(
-            "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
-            " access_labels, metadata)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-            " jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
-            " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
-            " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
-            " access_labels = EXCLUDED.access_labels, metadata = (d.metadata - 'pages') || EXCLUDED.metadata,"
-            " updated_at = now()",
+        upsert_documents(
+            conn,
+            tenant,
+            labels,
             [
-                (
-                    tenant,
-                    doc.doc_id,
-                    str(doc.source),
-                    doc.title or "",
-                    doc.format,
-                    doc.text,
-                    digest,
-                    labels,
-                    root,
-                    None if doc.pages is None else Jsonb(list(doc.pages)),
-                )
+                (doc.doc_id, str(doc.source), doc.title or "", doc.format, doc.text, digest, root, doc.pages)
                 for root, doc, digest in work
             ],
         )
         for target in targets:
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table),
-                (tenant, changed_ids),
-            )
-            copy_chunk_rows(conn, target, rows_by_version[target.version])
-            conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))
+            replace_document_rows(conn, target, tenant, changed_ids, rows_by_version[target.version])
             report.chunks_written[target.version] = report.chunks_written.get(target.version, 0) + len(
                 rows_by_version[target.version]
             )

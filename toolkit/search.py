@@ -7,13 +7,12 @@ changes nothing for the request; a version retired meanwhile raises VersionUnava
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -21,9 +20,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from toolkit import validation
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, ModelMismatchError, StateError
-from toolkit.serving import READER_ROLE, ServingModel, as_reader, serving_model, version_model
+from toolkit.serving import READER_ROLE, ServingModel, serving_model, version_model
+from toolkit.store.query_log import query_log_sample_rate, write_logged_question
+from toolkit.store.search import run_search, select_active_model
+from toolkit.store.serving import labels_apply
 
 FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "updated_before", "labels", "metadata")
 # A metadata filter as typed: metadata.KEY=VALUE (a top-level key of documents.metadata, equal to VALUE).
@@ -165,13 +166,10 @@ _embedders_lock = threading.Lock()
 
 def active_model(conn: psycopg.Connection) -> dict:
     """The active version's model (``toolkit.active_model()``); StateError when no version is active."""
-    with conn.transaction():
-        cur = conn.execute("SELECT * FROM toolkit.active_model()")
-        row = cur.fetchone()
-        names = [c.name for c in cur.description]
-    if row is None:
+    model = select_active_model(conn)
+    if model is None:
         raise StateError("No version is active, so there is nothing to search. Activate one with toolkit cutover.")
-    return dict(zip(names, row, strict=True))
+    return model
 
 
 def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None = None):
@@ -191,10 +189,7 @@ def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None =
         return _embedders[key]
 
 
-def validate_tenant(tenant) -> str:
-    if not isinstance(tenant, str) or not tenant:
-        raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
-    return tenant
+validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
 
 
 def search(
@@ -288,6 +283,7 @@ def search(
             "query_text with a vector (or retrieval='vector')."
         )
 
+    started = time.perf_counter()
     params = {
         "q": vector,
         "k": k,
@@ -297,57 +293,11 @@ def search(
         "min_score": None if min_score is None else float(min_score),
         "diversity": float(diversity),
     }
-    if expand:
-        params.update(expand=expand, text=query_text if retrieval == "hybrid" else None)
-        statement = (
-            "SELECT * FROM toolkit.search_context(%(q)s, %(k)s, %(expand)s, %(text)s, %(filters)s, %(model)s,"
-            " %(version)s)"
-        )
-    elif retrieval == "passages":
-        params.update(text=query_text, max_tokens=max_tokens)
-        statement = (
-            "SELECT * FROM toolkit.search_passages(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s, %(version)s,"
-            " %(max_tokens)s, %(min_score)s, %(diversity)s)"
-        )
-    elif retrieval == "hybrid":
-        params["text"] = query_text
-        statement = (
-            "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s,"
-            " query_version => %(version)s, min_score => %(min_score)s, diversity => %(diversity)s)"
-        )
-    else:
-        statement = (
-            "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s, %(min_score)s,"
-            " %(diversity)s)"
-        )
-
-    _adapt_vectors(conn)
-    started = time.perf_counter()
-    with _search_errors(), as_reader(conn, tenant, principals, role):
-        if ef_search is not None:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
-        # No server-side preparation: each call is planned with its own tenant and filters.
-        cur = conn.execute(statement, params, prepare=False)
-        names = [c.name for c in cur.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    rows = run_search(conn, retrieval, expand, query_text, max_tokens, params, tenant, principals, role, ef_search)
     hits = [_hit(row) for row in rows]
     if log and question is not None:
         log_query(conn, tenant, question, hits, k, (time.perf_counter() - started) * 1000, request_key, role)
     return hits
-
-
-def _adapt_vectors(conn: psycopg.Connection) -> None:
-    """Teaches a plain psycopg connection pgvector's types (once): the documented search() works on any connection,
-    not only on toolkit.db.connection.connect()'s."""
-    from psycopg.adapt import PyFormat
-
-    try:
-        conn.adapters.get_dumper(np.ndarray, PyFormat.AUTO)
-    except psycopg.ProgrammingError:
-        from pgvector.psycopg import register_vector
-
-        with conn.transaction():
-            register_vector(conn)
 
 
 # The query log's sample rate, read at most every LOG_RATE_TTL seconds per process (a search must not pay a round
@@ -364,8 +314,7 @@ def _sample_rate(conn: psycopg.Connection) -> float:
         cached = _log_rate.get(key)
         if cached and now - cached[1] < LOG_RATE_TTL:
             return cached[0]
-    with translate_errors(), conn.transaction():
-        rate = conn.execute("SELECT toolkit.query_log_sample_rate()").fetchone()[0]
+    rate = query_log_sample_rate(conn)
     with _log_rate_lock:
         _log_rate[key] = (rate, now)
     return rate
@@ -387,28 +336,13 @@ def log_query(
     if rate <= 0 or not hits or random.random() >= rate:
         return False
     results = [{"doc_id": h.doc_id, "start": h.start, "end": h.end, "rank": h.rank, "score": h.score} for h in hits]
-    with translate_errors(), conn.transaction():
-        # Inside a caller's transaction this is a savepoint: put the role and the tenant back as they were.
-        previous = conn.execute("SELECT current_setting('toolkit.tenant', true)").fetchone()[0]
-        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
-            conn.execute(psycopg.sql.SQL("SET LOCAL ROLE {}").format(psycopg.sql.Identifier(role)))
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        logged = conn.execute(
-            "SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)",
-            (question, hits[0].version, k, Jsonb(results), latency_ms, request_key),
-        ).fetchone()[0]
-        conn.execute("RESET ROLE")
-        conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
-    return logged
+    return write_logged_question(conn, tenant, question, hits[0].version, k, results, latency_ms, request_key, role)
 
 
 def applies_access_labels(conn: psycopg.Connection, role: str | None = READER_ROLE) -> bool:
     """Whether a search on this connection sees only what access labels allow: False for a service role (writer,
     owner) that cannot take the reader role, which sees every labelled chunk of the tenant."""
-    with conn.transaction():
-        if role and conn.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", (role,)).fetchone()[0]:
-            return True
-        return not conn.execute("SELECT toolkit._is_service_role()").fetchone()[0]
+    return labels_apply(conn, role)
 
 
 def _hit(row: dict) -> SearchHit:
@@ -448,22 +382,6 @@ def _hit(row: dict) -> SearchHit:
         text_rank=row.get("text_rank"),
         pages=list(row["pages"]) if row.get("pages") else None,
     )
-
-
-@contextlib.contextmanager
-def _search_errors() -> Iterator[None]:
-    """A malformed date filter gets its own message; the rest (the model guard's TK001 included) as
-    toolkit.db.connection translates them."""
-    with translate_errors():
-        try:
-            yield
-        except psycopg.Error as error:
-            if error.sqlstate in ("22007", "22008"):
-                message = error.diag.message_primary or str(error).strip()
-                raise InputError(
-                    f"A date filter is not a timestamp ({message}); write e.g. 2026-11-29T12:00Z."
-                ) from error
-            raise
 
 
 def search_request(

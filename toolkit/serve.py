@@ -145,9 +145,7 @@ class App:
     def _connect(self) -> psycopg.Connection:
         from toolkit.db.connection import connect
 
-        conn = connect(self.settings.database_url, autocommit=True)
-        conn.execute("SELECT set_config('statement_timeout', %s, false)", (STATEMENT_TIMEOUT,))
-        return conn
+        return connect(self.settings.database_url, autocommit=True, statement_timeout=STATEMENT_TIMEOUT)
 
     def _tenant(self, request: Request, body: dict) -> str:
         tenant = body.get("tenant") or request.headers.get("x-toolkit-tenant") or self.settings.tenant
@@ -177,7 +175,9 @@ class App:
 
     async def health(self, request: Request) -> Response:
         def check(conn):
-            return conn.execute("SELECT toolkit.active_version()").fetchone()[0]
+            from toolkit.store.versions import active_version
+
+            return active_version(conn)
 
         try:
             active = await run_in_threadpool(self._with_retry, check)

@@ -24,6 +24,7 @@ from toolkit.store.serving import (
     select_version_model,
     write_canary,
 )
+from toolkit.validation import check_tenant
 
 __all__ = ["READER_ROLE", "Canary", "ServingModel", "as_reader"]
 
@@ -33,8 +34,7 @@ def serving_model(
 ) -> ServingModel:
     """The version (and model) that serves this request: ``toolkit.serving_model(request_key)`` in ``tenant`` (the
     canary candidate for its share of request keys and for its tenants, else the active version)."""
-    if not isinstance(tenant, str) or not tenant:
-        raise InputError("A search needs a tenant: pass --tenant (the tenant the documents were ingested for).")
+    check_tenant(tenant)
     row = select_serving_model(conn, tenant, request_key, role)
     if row is None:
         raise StateError("No version is active, so there is nothing to search. Activate one with toolkit cutover.")

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import psycopg
 
-from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
 from toolkit.progress import Progress
 
@@ -151,15 +150,12 @@ def questions_from_log(
 ) -> list[Question]:
     """The questions the query log holds from the last ``since`` (toolkit.logged_questions), each once per tenant,
     at most ``max_questions`` of them (a uniform random sample when there are more)."""
-    from toolkit.store.query_log import prune_if_permitted
+    from toolkit.store.query_log import logged_questions, prune_if_permitted
 
     if not isinstance(max_questions, int) or isinstance(max_questions, bool) or not 1 <= max_questions <= 100_000:
         raise InputError(f"--max-questions must be a whole number from 1 to 100,000, not {max_questions!r}.")
     start = datetime.now(UTC) - since
-    with translate_errors(), conn.transaction():
-        rows = conn.execute(
-            "SELECT tenant, question FROM toolkit.logged_questions(%s, %s, %s)", (start, tenant, max_questions)
-        ).fetchall()
+    rows = logged_questions(conn, start, tenant, max_questions)
     if not rows:
         raise InputError(
             f"The query log holds no questions from the last {since}. Turn it on (toolkit query-log --sample-rate "
@@ -181,9 +177,9 @@ def shadow(
     """Replays ``questions`` on the active version and on ``candidate`` (see the module docstring)."""
     from toolkit.search import query_embedder, search
     from toolkit.serving import version_model
+    from toolkit.store.versions import active_version
 
-    with conn.transaction():
-        active = conn.execute("SELECT toolkit.active_version()").fetchone()[0]
+    active = active_version(conn)
     if active is None:
         raise StateError("No version is active: a shadow comparison needs one to compare the candidate with.")
     if active == candidate:

@@ -320,3 +320,15 @@ def parse_duration(text: str) -> timedelta:
         )
     unit = unit or "s"
     return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
+
+
+def check_tenant(tenant) -> str:
+    """The one rule for a tenant's name, wherever one is given (ingest, search, serving, bindings): a string with
+    something in it, at most 200 printable characters (SQL's own CHECK only refuses ''). Returns it unchanged."""
+    if tenant is None or (isinstance(tenant, str) and not tenant.strip()):
+        raise InputError("Give a tenant: pass --tenant (the tenant the documents were ingested for).")
+    if not isinstance(tenant, str) or len(tenant) > 200 or not tenant.isprintable():
+        raise InputError(
+            f"The tenant {shown(tenant)} is not usable: give a non-empty name of at most 200 printable characters."
+        )
+    return tenant

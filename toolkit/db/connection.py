@@ -38,8 +38,11 @@ def resolve_database(database_url: str | None = None, data_dir: str | Path | Non
     return start_embedded(data_dir)
 
 
-def connect(url: str, *, autocommit: bool = False, register_vector: bool = True) -> psycopg.Connection:
-    """Opens a connection; registers pgvector's types when the extension is installed."""
+def connect(
+    url: str, *, autocommit: bool = False, register_vector: bool = True, statement_timeout: str | None = None
+) -> psycopg.Connection:
+    """Opens a connection; registers pgvector's types when the extension is installed. ``statement_timeout`` (e.g.
+    "10s") bounds every statement of the session."""
     try:
         conn = psycopg.connect(url, autocommit=autocommit)
     except (psycopg.OperationalError, psycopg.ProgrammingError) as error:
@@ -47,6 +50,10 @@ def connect(url: str, *, autocommit: bool = False, register_vector: bool = True)
         if not reason.startswith("Could not connect"):
             reason = f"Could not connect to the database: {reason[0].lower()}{reason[1:]}"
         raise DatabaseError(reason) from error
+    if statement_timeout is not None:
+        conn.execute("SELECT set_config('statement_timeout', %s, false)", (statement_timeout,))
+        if not autocommit:
+            conn.commit()
     if register_vector:
         row = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
         if row:

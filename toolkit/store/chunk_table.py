@@ -233,3 +233,15 @@ def _copy(conn: psycopg.Connection, table: sql.Composable, columns: sql.Composab
         for row in rows:
             vector = row[-1]
             copy.write_row((*row[:-1], HalfVector(vector) if vector is not None and half else vector))
+
+
+def replace_document_rows(
+    conn: psycopg.Connection, target: LiveVersion, tenant: str, doc_ids: list[str], rows: Sequence[tuple]
+) -> None:
+    """A version's rows of ``doc_ids`` replaced by ``rows`` (deleted, then copied in), and the version's change
+    recorded (``toolkit.touch_version``), in the caller's transaction."""
+    conn.execute(
+        sql.SQL("DELETE FROM {} WHERE tenant = %s AND doc_id = ANY(%s)").format(target.table), (tenant, doc_ids)
+    )
+    copy_chunk_rows(conn, target, rows)
+    conn.execute("SELECT toolkit.touch_version(%s)", (target.version,))

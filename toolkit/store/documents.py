@@ -7,16 +7,13 @@ import hashlib
 from collections.abc import Iterable
 
 import psycopg
+from psycopg.types.json import Jsonb
 
+from toolkit import validation
+from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 
-
-def validate_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not tenant.strip() or len(tenant) > 200 or not tenant.isprintable():
-        raise InputError(
-            f"The tenant {tenant!r} is not usable: give a non-empty name of at most 200 printable characters."
-        )
-    return tenant
+validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
 
 
 def document_tenants(conn: psycopg.Connection) -> dict[str, int]:
@@ -56,3 +53,62 @@ def delete_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str], 
 
     removed = run_delete_documents(conn, tenant, sorted(set(doc_ids)), False, reason)
     return next(r.rows for r in removed if r.relation == "documents")
+
+
+def documents_under_root(conn: psycopg.Connection, tenant: str, root: str) -> list[str]:
+    """The doc ids of ``tenant`` read from under the folder or file ``root`` (what ``ingest --prune`` compares)."""
+    rows = conn.execute(
+        "SELECT doc_id FROM toolkit.documents WHERE tenant = %s AND metadata->>'root' = %s", (tenant, root)
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def stored_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> dict[str, tuple]:
+    """doc id → (content hash, access labels, root, source) of those of ``doc_ids`` that ``tenant`` has."""
+    with conn.transaction():
+        rows = conn.execute(
+            "SELECT doc_id, content_hash, access_labels, metadata->>'root', source FROM toolkit.documents"
+            " WHERE tenant = %s AND doc_id = ANY(%s)",
+            (tenant, doc_ids),
+        ).fetchall()
+    return {r[0]: (r[1], list(r[2]), r[3], r[4]) for r in rows}
+
+
+def move_documents(conn: psycopg.Connection, tenant: str, moved: list[tuple[str, str, str]]) -> None:
+    """Records a new source path and root for unchanged documents read from another place: (doc id, source, root)."""
+    with translate_errors(), conn.transaction():
+        conn.cursor().executemany(
+            "UPDATE toolkit.documents SET source = %s, metadata = metadata || jsonb_build_object('root', %s::text)"
+            " WHERE tenant = %s AND doc_id = %s",
+            [(source, root, tenant, doc_id) for doc_id, source, root in moved],
+        )
+
+
+def upsert_documents(conn: psycopg.Connection, tenant: str, labels: list[str], documents: list[tuple]) -> None:
+    """Inserts or updates documents, in the caller's transaction, one statement for the batch (psycopg pipelines
+    executemany): (doc id, source, title, format, raw text, content hash, root, pages or None)."""
+    conn.cursor().executemany(
+        "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
+        " access_labels, metadata)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+        " jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
+        " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
+        " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
+        " access_labels = EXCLUDED.access_labels, metadata = (d.metadata - 'pages') || EXCLUDED.metadata,"
+        " updated_at = now()",
+        [
+            (
+                tenant,
+                doc_id,
+                source,
+                title,
+                fmt,
+                text,
+                digest,
+                labels,
+                root,
+                None if pages is None else Jsonb(list(pages)),
+            )
+            for doc_id, source, title, fmt, text, digest, root, pages in documents
+        ],
+    )

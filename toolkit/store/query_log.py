@@ -88,3 +88,49 @@ def skipped_on_standby(conn: psycopg.Connection) -> int:
     (``toolkit.log_query`` skips them instead of failing the search)."""
     row = conn.execute("SELECT current_setting('toolkit.query_log_skipped', true)").fetchone()
     return int(row[0]) if row and row[0] else 0
+
+
+def query_log_sample_rate(conn: psycopg.Connection) -> float:
+    """The share of questions the log samples (``toolkit.query_log_sample_rate()``)."""
+    with translate_errors(), conn.transaction():
+        return conn.execute("SELECT toolkit.query_log_sample_rate()").fetchone()[0]
+
+
+def write_logged_question(
+    conn: psycopg.Connection,
+    tenant: str,
+    question: str,
+    version: int,
+    k: int,
+    results: list[dict],
+    latency_ms: float,
+    request_key: str | None,
+    role: str | None,
+) -> bool:
+    """``toolkit.log_query`` as ``role`` in ``tenant``; returns whether SQL logged it (a read-only standby and the
+    per-login rate say no). Inside a caller's transaction this is a savepoint: the role and the tenant are put back as
+    they were."""
+    from psycopg.types.json import Jsonb
+
+    from toolkit.store.serving import take_role
+
+    with translate_errors(), conn.transaction():
+        previous = conn.execute("SELECT current_setting('toolkit.tenant', true)").fetchone()[0]
+        take_role(conn, role)
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        logged = conn.execute(
+            "SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)",
+            (question, version, k, Jsonb(results), latency_ms, request_key),
+        ).fetchone()[0]
+        conn.execute("RESET ROLE")
+        conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
+    return logged
+
+
+def logged_questions(conn: psycopg.Connection, since, tenant: str | None, max_questions: int | None) -> list[tuple]:
+    """(tenant, question) of the questions logged since ``since`` (of ``tenant``, or every tenant), at most
+    ``max_questions`` (``toolkit.logged_questions``), for replay."""
+    with translate_errors(), conn.transaction():
+        return conn.execute(
+            "SELECT tenant, question FROM toolkit.logged_questions(%s, %s, %s)", (since, tenant, max_questions)
+        ).fetchall()

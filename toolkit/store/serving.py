@@ -74,6 +74,15 @@ def take_role(conn: psycopg.Connection, role: str | None = READER_ROLE) -> bool:
     return True
 
 
+def labels_apply(conn: psycopg.Connection, role: str | None = READER_ROLE) -> bool:
+    """Whether what this login searches is filtered by access labels: True when it may take ``role`` (the reader), or
+    is no service role (writer, owner) that sees every labelled chunk of its tenant."""
+    with conn.transaction():
+        if role and may_take_role(conn, role):
+            return True
+        return not conn.execute("SELECT toolkit._is_service_role()").fetchone()[0]
+
+
 @contextlib.contextmanager
 def as_reader(
     conn: psycopg.Connection, tenant: str, principals: Sequence[str] | None = (), role: str | None = READER_ROLE

@@ -10,13 +10,14 @@ import psycopg
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
+from toolkit.validation import check_tenant
 
 
 def _tenants(tenants: Sequence[str]) -> list[str]:
-    names = [t.strip() for t in tenants]
-    if not names or any(not t for t in names):
+    names = [t.strip() if isinstance(t, str) else t for t in tenants]
+    if not names:
         raise InputError("Give one or more non-empty tenant names.")
-    return sorted(set(names))
+    return sorted({check_tenant(name) for name in names})
 
 
 def bind_tenants(conn: psycopg.Connection, login: str, tenants: Sequence[str]) -> list[str]:
