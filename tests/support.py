@@ -1,8 +1,53 @@
-"""Test helpers for filling version tables with rows (real inserts, real vectors)."""
+"""Test helpers (import them from here, never from conftest): databases made from the session's template, rows
+for version tables (real inserts, real vectors), platform checks."""
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
 import numpy as np
+import psycopg
+import pytest
+from psycopg import sql
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` with its database replaced by ``name``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+def create_database(admin_url: str, template: str | None) -> str:
+    """Creates a database (a copy of ``template``, or an empty one) with a unique name and returns the name."""
+    name = f"toolkit_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        query = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            query += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(query)
+    return name
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def fastokens_installed_here() -> bool:
+    """Whether pyproject.toml installs fastokens on this platform (its marker lists where it has wheels)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as file:
+        dependencies = tomllib.load(file)["project"]["dependencies"]
+    requirement = next(Requirement(d) for d in dependencies if Requirement(d).name == "fastokens")
+    return requirement.marker is None or requirement.marker.evaluate()
+
+
+needs_fastokens = pytest.mark.skipif(not fastokens_installed_here(), reason="fastokens is not installed here")
 
 
 def fill_version(

@@ -14,8 +14,7 @@ import sys
 import time
 
 import pytest
-from conftest import _create_database, _drop_database, _with_database
-from support import default_sigint
+from support import create_database, default_sigint, drop_database, with_database
 
 from toolkit import backfill
 from toolkit.db.connection import connect
@@ -115,8 +114,8 @@ def cli(url: str, *args: str) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def reference(pg_admin_url, migrated_template, corpus):
     """An uninterrupted backfill: the result every interrupted one must reach."""
-    name = _create_database(pg_admin_url, migrated_template)
-    url = _with_database(pg_admin_url, name)
+    name = create_database(pg_admin_url, migrated_template)
+    url = with_database(pg_admin_url, name)
     prepare(url, corpus)
     started = time.monotonic()
     process = cli(url, "--batch-size", "4", "--format", "json")
@@ -126,7 +125,7 @@ def reference(pg_admin_url, migrated_template, corpus):
     report = json.loads(out)
     assert report["state"] == "ready" and report["rows_embedded"] > 400
     yield rows(url, report["version"]), seconds
-    _drop_database(pg_admin_url, name)
+    drop_database(pg_admin_url, name)
 
 
 def test_kill_9_at_random_points_then_resume_matches_an_uninterrupted_run(
@@ -136,8 +135,8 @@ def test_kill_9_at_random_points_then_resume_matches_an_uninterrupted_run(
     rng = random.Random(20261129)
     killed_while_pending = 0
     for _trial in range(10):
-        name = _create_database(pg_admin_url, migrated_template)
-        url = _with_database(pg_admin_url, name)
+        name = create_database(pg_admin_url, migrated_template)
+        url = with_database(pg_admin_url, name)
         try:
             prepare(url, corpus)
             process = cli(url, "--resume", "--batch-size", "4")
@@ -156,7 +155,7 @@ def test_kill_9_at_random_points_then_resume_matches_an_uninterrupted_run(
             assert report.state == "ready"
             assert rows(url, report.version) == expected, "missing, duplicate or different rows after resume"
         finally:
-            _drop_database(pg_admin_url, name)
+            drop_database(pg_admin_url, name)
     assert killed_while_pending >= 6, "most kills should land before the backfill finished"
 
 

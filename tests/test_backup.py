@@ -18,6 +18,9 @@ from toolkit.cli import main
 from toolkit.db import server
 from toolkit.db.connection import connect
 
+# starts a PostgreSQL server of its own: not in `make check`
+pytestmark = pytest.mark.database
+
 QUERY = np.linspace(-1, 1, 8, dtype=np.float32)
 
 

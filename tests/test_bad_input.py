@@ -10,8 +10,15 @@ saying, for each kind of value in ``VALUES``, what must happen:
   strings on purpose and checks they arrive verbatim).
 
 Every case that runs checks: the exit code, no ``Traceback`` anywhere, a refusal is one line ending in a full
-stop (no raw multi-line libpq text), and a snapshot of every toolkit table (row counts and checksums) identical
-before and after. A new option without a row fails ``test_every_parameter_has_a_row``.
+stop (no raw multi-line libpq text), and that no embedded server was started. Then, by where the case can reach:
+
+- at the parser (``test_bad_value_at_the_parser``): a usage error, a command that never opens a database (chunk,
+  estimate) and the root group's own rows (no --database-url is given): the command line names a
+  listening socket as its database, and nothing may have connected to it;
+- at the database (``test_bad_value``): every other case runs against a real database, and a snapshot of every
+  toolkit table (row counts and checksums) must be identical to the one taken when the database was built.
+
+A new option without a row fails ``test_every_parameter_has_a_row``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -27,8 +36,8 @@ import click
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import _create_database, _drop_database, _with_database
 from psycopg import sql
+from support import create_database, drop_database, with_database
 
 from toolkit import validation
 from toolkit.cli import main
@@ -87,6 +96,7 @@ class Row:
     args: tuple[str, ...]  # the whole command line after `toolkit --database-url URL`; "{}" is the value
     outcomes: dict = field(hash=False)
     url: bool = True  # pass --database-url (the root group's own rows do not)
+    database: bool = True  # the command may open the database (False: chunk, estimate, eval on files)
 
 
 def row(command, param, args, outcomes, **kw):
@@ -333,6 +343,12 @@ ROWS = [
 ]
 
 
+# Commands that never open a database, whatever the value (the sentinel below proves it for every case). eval
+# is not one: given a --database-url, it opens the database even for files.
+NO_DATABASE = {"chunk", "estimate"}
+ROWS = [Row(r.command, r.param, r.args, r.outcomes, r.url, database=r.command not in NO_DATABASE) for r in ROWS]
+
+
 def value_parameters(group: click.Group = main, prefix: str = ""):
     """(command path, parameter as typed) for every parameter of the tree that takes a value."""
     for param in group.params:
@@ -378,14 +394,8 @@ def snapshot(url: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def world(pg_admin_url, migrated_template, tmp_path_factory):
-    """A database with a hashing model `h`, three documents for tenant acme, version 1 built and active;
-    files for the commands to read; a data directory no case may touch."""
-    from toolkit import backfill, cutover
-    from toolkit.db.connection import connect
-    from toolkit.ingest import ingest
-    from toolkit.store.models import Model, insert_model
-
+def files(tmp_path_factory):
+    """Files for the commands to read, and a directory to run in; a data directory no case may touch."""
     root = tmp_path_factory.mktemp("bad-input")
     corpus = root / "corpus"
     corpus.mkdir()
@@ -393,27 +403,68 @@ def world(pg_admin_url, migrated_template, tmp_path_factory):
         (corpus / f"doc{i}.md").write_text(f"# Topic {i}\n\nHello from document {i}, which explains rule {i}.\n")
     queries = root / "queries.jsonl"
     queries.write_text(json.dumps({"query": "hello rule 1", "answers": [{"doc_id": "doc1.md", "text": "rule 1"}]}))
-    name = _create_database(pg_admin_url, migrated_template)
-    url = _with_database(pg_admin_url, name)
+    places = {"corpus": str(corpus), "queries": str(queries), "file": str(corpus / "doc0.md")}
+    return {"root": root, "places": places, "corpus": corpus}
+
+
+@pytest.fixture(scope="module")
+def world(pg_admin_url, migrated_template, files):
+    """A database with a hashing model `h`, three documents for tenant acme, version 1 built and active, and its
+    snapshot."""
+    from toolkit import backfill, cutover
+    from toolkit.db.connection import connect
+    from toolkit.ingest import ingest
+    from toolkit.store.models import Model, insert_model
+
+    name = create_database(pg_admin_url, migrated_template)
+    url = with_database(pg_admin_url, name)
     with connect(url, autocommit=True) as conn:
         insert_model(conn, Model("h", "hashing", "16", 16, 8192))
-        ingest(conn, [corpus], "acme")
+        ingest(conn, [files["corpus"]], "acme")
     report = backfill.backfill(url, "h", "markdown:40:0")
     backfill.backfill(url, "h", "fixed:40:0")  # version 2: ready, a candidate for a canary or a shadow
     with connect(url, autocommit=True) as conn:
         cutover.activate_version(conn, report.version, force=True, reason="test setup")
         conn.execute("CREATE ROLE matrix_reader LOGIN IN ROLE toolkit_reader")
-    places = {"corpus": str(corpus), "queries": str(queries), "file": str(corpus / "doc0.md")}
-    yield {"url": url, "root": root, "places": places}
-    _drop_database(pg_admin_url, name)
+    yield {**files, "url": url, "snapshot": snapshot(url)}
+    drop_database(pg_admin_url, name)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute("DROP ROLE IF EXISTS matrix_reader")
 
 
-def _cases():
+class Sentinel:
+    """A listening TCP socket named as the database: a client that connects is queued by the kernel, and
+    ``contacted()`` sees it (and clears it for the next case). The URL's short timeout makes such a client give
+    up instead of waiting for a server that never answers."""
+
+    def __init__(self):
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(16)
+        self.socket.setblocking(False)
+        port = self.socket.getsockname()[1]
+        self.url = f"postgresql://nobody@127.0.0.1:{port}/nothing?connect_timeout=2"
+
+    def contacted(self) -> int:
+        count = 0
+        while select.select([self.socket], [], [], 0)[0]:
+            client, _ = self.socket.accept()
+            client.close()
+            count += 1
+        return count
+
+
+@pytest.fixture(scope="module")
+def sentinel():
+    listener = Sentinel()
+    yield listener
+    listener.socket.close()
+
+
+def _cases(at_the_parser: bool):
     for r in ROWS:
         for kind, outcome in r.outcomes.items():
-            if outcome != WRITE:
+            if outcome != WRITE and (outcome == USAGE or not r.database or not r.url) == at_the_parser:
                 yield pytest.param(r, kind, id=f"{r.command or 'toolkit'} {r.param}={kind}")
 
 
@@ -435,22 +486,37 @@ def check_one_sentence(result) -> None:
     assert "\t" not in output, "raw multi-line libpq text"
 
 
-@pytest.mark.parametrize(("r", "kind"), list(_cases()))
-def test_bad_value(world, monkeypatch, r: Row, kind: str):
+def run_case(r: Row, kind: str, url: str, root, places: dict, monkeypatch, cwd):
     outcome = r.outcomes[kind]
-    # Nothing may fall back to the user's own embedded server or write into the source tree.
-    monkeypatch.chdir(world["root"])
-    env = {"TOOLKIT_DATA_DIR": str(world["root"] / "no-server-here"), "TOOLKIT_DATABASE_URL": None}
-    line = _command_line(r, VALUES[kind], world["places"])
-    args = (["--database-url", world["url"]] if r.url else []) + line
-    before = snapshot(world["url"])
+    # Nothing may fall back to the user's own embedded server or write into the source tree. Each case runs in an
+    # empty directory of its own: a legal value may create a file or directory named by the value there (--plot,
+    # --cache-dir), which another case would then find (the suite in a shuffled order showed it).
+    monkeypatch.chdir(cwd)
+    env = {"TOOLKIT_DATA_DIR": str(root / "no-server-here"), "TOOLKIT_DATABASE_URL": None}
+    line = _command_line(r, VALUES[kind], places)
+    args = (["--database-url", url] if r.url else []) + line
     result = CliRunner().invoke(main, args, env=env)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception  # a traceback: show it
     check_one_sentence(result)
     assert result.exit_code == EXIT[outcome], f"expected {outcome}, got exit {result.exit_code}: {result.output[-800:]}"
-    assert snapshot(world["url"]) == before, "the database changed"
-    assert not (world["root"] / "no-server-here").exists(), "a case started the embedded server"
+    assert not (root / "no-server-here").exists(), "a case started the embedded server"
+
+
+@pytest.mark.parametrize(("r", "kind"), list(_cases(at_the_parser=True)))
+def test_bad_value_at_the_parser(files, sentinel, monkeypatch, tmp_path, r: Row, kind: str):
+    sentinel.contacted()
+    run_case(r, kind, sentinel.url, files["root"], files["places"], monkeypatch, tmp_path)
+    assert sentinel.contacted() == 0, "the case connected to the database it was given"
+
+
+@pytest.mark.parametrize(("r", "kind"), list(_cases(at_the_parser=False)))
+def test_bad_value(world, monkeypatch, tmp_path, r: Row, kind: str):
+    run_case(r, kind, world["url"], world["root"], world["places"], monkeypatch, tmp_path)
+    # Every case leaves the database as it was built (a case that changed it fails, and the next compare with what
+    # it left).
+    before, world["snapshot"] = world["snapshot"], snapshot(world["url"])
+    assert world["snapshot"] == before, "the database changed"
 
 
 # -- legal hostile strings are stored verbatim; nothing they spell is executed ------------------------------

@@ -14,6 +14,9 @@ from toolkit.cli import main
 from toolkit.db import connection, migrate, server
 from toolkit.errors import DatabaseError
 
+# starts a PostgreSQL server of its own: not in `make check`
+pytestmark = pytest.mark.database
+
 
 @pytest.fixture
 def data_dir():

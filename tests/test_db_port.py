@@ -15,6 +15,9 @@ from click.testing import CliRunner
 from toolkit.cli import main
 from toolkit.db import server
 
+# starts a PostgreSQL server of its own: not in `make check`
+pytestmark = pytest.mark.database
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -7,11 +7,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from toolkit.cli import main
 from toolkit.db import server
 from toolkit.demo import run_demo
+
+# the demo with both real models: not in `make check`
+pytestmark = pytest.mark.slow
 
 
 def test_the_demo_runs_the_whole_lifecycle_with_real_models():

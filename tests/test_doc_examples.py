@@ -22,6 +22,9 @@ from toolkit.cli import main
 from toolkit.db import server as embedded
 from toolkit.embedding import get_embedder
 
+# starts a PostgreSQL server of its own: not in `make check`
+pytestmark = pytest.mark.database
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "toolkit" / "data" / "sample" / "docs"
 QUESTION = "Which index type can speed up a query on an expression like lower(col1)?"

@@ -45,6 +45,7 @@ def count_documents(docs) -> int:
     return sum(1 for _ in docs.glob("*.md"))
 
 
+@pytest.mark.slow  # two real models
 def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous_version(database_url, sample):
     docs, queries, count = sample
     assert count >= 30

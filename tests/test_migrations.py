@@ -220,6 +220,7 @@ def test_a_second_migration_waits_for_the_first_and_says_so(conn, database_url):
     assert any(f"pid {holder_pid}" in n and "Another migration is running" in n for n in results[0].notices)
 
 
+@pytest.mark.slow  # a minute of readers beside every migration
 def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_url, make_model):
     """8 readers (plain and prepared statements) through 10 migrations that re-apply everything and a downgrade
     and upgrade of one revision: they wait for the migration, never fail (no deadlock, no error)."""

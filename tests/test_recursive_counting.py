@@ -8,9 +8,9 @@ import importlib.metadata
 
 import pytest
 import tiktoken
-from conftest import needs_fastokens
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import needs_fastokens
 
 from toolkit.chunking import get_chunker
 from toolkit.chunking.base import Chunker

@@ -139,6 +139,7 @@ def ranks(conn, queries, **options) -> list[int | None]:
     return [first_rank(search.search(conn, q, "acme", 3, **options), answer) for q, answer in queries]
 
 
+@pytest.mark.slow  # a real model
 def test_hybrid_finds_identifiers_that_vector_only_misses(corpus):
     vector_only = ranks(corpus, IDENTIFIER_QUERIES, retrieval="vector")
     hybrid = ranks(corpus, IDENTIFIER_QUERIES, hybrid=True)
@@ -148,6 +149,7 @@ def test_hybrid_finds_identifiers_that_vector_only_misses(corpus):
     assert sum(r == 1 for r in vector_only) < len(IDENTIFIER_QUERIES), vector_only
 
 
+@pytest.mark.slow  # a real model
 def test_vector_only_keeps_winning_on_paraphrased_questions(corpus):
     vector_only = ranks(corpus, PARAPHRASE_QUERIES, retrieval="vector")
     hybrid = ranks(corpus, PARAPHRASE_QUERIES, hybrid=True)

@@ -27,6 +27,9 @@ from toolkit.serving import serving_model
 from toolkit.store.models import Model, insert_model
 from toolkit.store.query_log import set_query_log, skipped_on_standby
 
+# starts a PostgreSQL server of its own: not in `make check`
+pytestmark = pytest.mark.database
+
 READERS = 3
 TENANTS = ("a", "b")
 

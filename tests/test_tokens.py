@@ -6,9 +6,9 @@ import socket
 
 import pytest
 import tiktoken
-from conftest import fastokens_installed_here, needs_fastokens
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import fastokens_installed_here, needs_fastokens
 
 from toolkit.errors import InputError
 from toolkit.text import tokens

@@ -130,8 +130,9 @@ def run_demo(
 
         step("8. Why the model is part of the version: query v2's index with a v1 (MiniLM) query vector")
         # By vector alone (retrieval="vector"): full text would rescue part of the ranking and hide the point.
-        mixed = _vector_recall(conn, v2, query_alias="v1", queries_path=queries_path)
-        right = _vector_recall(conn, v2, query_alias="v2", queries_path=queries_path)
+        # The questions' vectors are the ones verify just embedded with each model (once per model).
+        mixed = _vector_recall(conn, v2, result.question_vectors["v1"], queries_path=queries_path)
+        right = _vector_recall(conn, v2, result.question_vectors["v2"], queries_path=queries_path)
         say(
             f"e5 chunks searched by vector with MiniLM query vectors: recall@5 {mixed:.3f} (same 384 dimensions, no "
             f"error, nonsense ranking) vs {right:.3f} with e5 query vectors"
@@ -198,19 +199,18 @@ def _extra_document(conn) -> list[int]:
     return sorted(report.chunks_written)
 
 
-def _vector_recall(conn, version: int, query_alias: str, queries_path: Path) -> float:
-    """recall@5 of a version searched by vector with a model's question vectors (pinned to the version: with another
-    model's vectors SQL cannot tell two 384-dimension models apart, which is why the application must embed with
-    serving_model())."""
+def _vector_recall(conn, version: int, vectors: dict, queries_path: Path) -> float:
+    """recall@5 of a version searched by vector with a model's question vectors (``vectors``: question -> vector;
+    pinned to the version: with another model's vectors SQL cannot tell two 384-dimension models apart, which is
+    why the application must embed with serving_model())."""
     from toolkit.evaluation.metrics import aggregate, score_query
     from toolkit.search import search
 
     documents = tenant_documents(conn, TENANT)
     queries = load_queries(queries_path, documents)
-    embedder = embedder_for_model(get_model(conn, query_alias))
     scores = []
     for q in queries:
-        hits = search(conn, embedder.embed_query(q.query), TENANT, 5, version=version, log=False, retrieval="vector")
+        hits = search(conn, vectors[q.query], TENANT, 5, version=version, log=False, retrieval="vector")
         scores.append(score_query([(h.doc_id, h.start, h.end) for h in hits], q.answers, 5))
     return aggregate(scores, 5).recall
 

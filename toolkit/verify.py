@@ -49,6 +49,9 @@ class VerifyReport:
     query_set_hash: str
     wins: list[str] = field(default_factory=list)
     losses: list[str] = field(default_factory=list)
+    # The vector of each question as the evaluation embedded it, per model alias: a caller that searches the same
+    # questions again (the demo) need not embed them again. Not part of as_dict().
+    question_vectors: dict[str, dict[str, list[float]]] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict:
         def side(s: Side | None):
@@ -140,15 +143,24 @@ def query_set_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def _embeddings(conn: psycopg.Connection, version: int, questions: list[str], progress=None) -> list[list[float]]:
+def _embeddings(
+    conn: psycopg.Connection, version: int, questions: list[str], done: dict, progress=None
+) -> list[list[float]]:
+    """The questions' vectors with the version's model; ``done`` (by embedder) keeps a second version of the same
+    model (a chunker change) from embedding every question again."""
     from toolkit.search import query_embedder, version_model
 
     embedder = query_embedder(conn, version_model(conn, version))
+    if id(embedder) in done:
+        if progress is not None:
+            progress.advance(len(questions))
+        return done[id(embedder)][1]
     vectors = []
     for question in questions:
         vectors.append([float(x) for x in embedder.embed_query(question)])
         if progress is not None:
             progress.advance(1)
+    done[id(embedder)] = (embedder, vectors)
     return vectors
 
 
@@ -203,10 +215,11 @@ def verify(
     # Progress in questions embedded (each version's model embeds every question), then SQL's scoring.
     progress = progress or Progress("verify", unit="questions", quiet=True)
     progress.set_total(len(questions) * (1 if baseline is None else 2))
-    for item, vector in zip(payload, _embeddings(conn, candidate, questions, progress), strict=True):
+    embedded: dict = {}
+    for item, vector in zip(payload, _embeddings(conn, candidate, questions, embedded, progress), strict=True):
         item["embedding"] = vector
     if baseline is not None:
-        for item, vector in zip(payload, _embeddings(conn, baseline, questions, progress), strict=True):
+        for item, vector in zip(payload, _embeddings(conn, baseline, questions, embedded, progress), strict=True):
             item["baseline_embedding"] = vector
     progress.advance(0, now="searching and scoring in SQL")
     digest = query_set_hash(queries_path)
@@ -229,7 +242,14 @@ def verify(
                 wins.append(q.query)
             elif b_hit and not c_hit:
                 losses.append(q.query)
-    return VerifyReport(cand, base, tenant, k, passed, list(gate["reasons"]), evaluation_id, digest, wins, losses)
+    vectors = {
+        side.model_alias: dict(zip(questions, [item[key] for item in payload], strict=True))
+        for side, key in ((cand, "embedding"), (base, "baseline_embedding"))
+        if side is not None
+    }
+    return VerifyReport(
+        cand, base, tenant, k, passed, list(gate["reasons"]), evaluation_id, digest, wins, losses, vectors
+    )
 
 
 def verify_version(
