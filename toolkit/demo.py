@@ -14,12 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psycopg
-from psycopg import sql
-
 from toolkit import backfill, cutover
 from toolkit.db import migrate
 from toolkit.db.connection import DATABASE_NAME, connect, start_embedded
+from toolkit.db.server import recreate_database
 from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES, load_queries
 from toolkit.ingest import ingest
 from toolkit.store import versions
@@ -53,12 +51,6 @@ def _demo_sample(directory: Path, chapters: tuple[str, ...]) -> tuple[Path, Path
     return docs, queries
 
 
-def _recreate_database(admin_url: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DEMO_DATABASE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DATABASE)))
-
-
 def run_demo(
     data_dir: str | None = None,
     say: Callable[[str], None] = print,
@@ -76,7 +68,7 @@ def run_demo(
     step("1. Start the embedded PostgreSQL 18 + pgvector and migrate a fresh demo database")
     db = start_embedded(data_dir)
     url = db.url.replace(f"/{DATABASE_NAME}?", f"/{DEMO_DATABASE}?")
-    _recreate_database(db.url)
+    recreate_database(db.url, DEMO_DATABASE)
     migrate.upgrade(url)
     say(f"data directory {db.data_dir}; database {DEMO_DATABASE} at schema revision {migrate.head_revision()}")
 

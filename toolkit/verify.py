@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.db.connection import translate_errors
@@ -22,6 +21,10 @@ from toolkit.errors import InputError
 from toolkit.evaluation.metrics import RetrievalMetrics
 from toolkit.evaluation.queries import load_queries
 from toolkit.progress import Progress
+from toolkit.store.documents import document_tenants, tenant_documents
+from toolkit.store.evaluations import record_verification
+from toolkit.store.serving import READER_ROLE, may_take_role
+from toolkit.store.versions import active_version, verify_target
 
 # The chunking guide's advice: 50 to 200 labelled questions; two points on a hundred is noise. Fewer are refused
 # unless the caller says so (min_queries).
@@ -101,8 +104,8 @@ class VerifyReport:
 
 
 def pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
-    with translate_errors(), conn.transaction():
-        tenants = [r[0] for r in conn.execute("SELECT tenant FROM toolkit.document_tenants()")]
+    with translate_errors():
+        tenants = sorted(document_tenants(conn))
     if tenant is not None:
         if tenant not in tenants:
             raise InputError(f"The tenant {tenant!r} has no documents; the labelled queries cannot be answered.")
@@ -114,29 +117,22 @@ def pick_tenant(conn: psycopg.Connection, tenant: str | None) -> str:
     raise InputError(f"Several tenants have documents ({', '.join(tenants[:5])}…); name one with --tenant.")
 
 
-def tenant_documents(conn: psycopg.Connection, tenant: str) -> dict[str, str]:
-    """The tenant's documents (doc id → stored raw text), read under row-level security with the tenant set."""
-    with translate_errors(), conn.transaction(force_rollback=True):
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        return dict(conn.execute("SELECT doc_id, raw_text FROM toolkit.documents WHERE tenant = %s", (tenant,)))
-
-
 def version_info(conn: psycopg.Connection, version: int) -> tuple[str, str, str, int]:
-    with conn.transaction():
-        row = conn.execute(
-            "SELECT model_alias, chunker_version, state, dimensions FROM toolkit.versions WHERE version = %s",
-            (version,),
-        ).fetchone()
-    if row is None or row[2] == "retired":
+    """(model alias, chunker version, state, dimensions) of a version verify may score: one in a state
+    ``toolkit.version_states('verify')`` accepts (SQL's rule, which ``toolkit.evaluate_version`` applies too)."""
+    row = verify_target(conn, version)
+    if row is None or row.state == "retired":
         raise InputError(f"Version {version} does not exist or is retired.")
-    if row[2] == "building":
+    if row.state == "building":
         raise InputError(f"Version {version} is still building; finish it with toolkit backfill --resume first.")
-    return row
+    if not row.accepted:
+        raise InputError(f"Version {version} is {row.state}; verify scores {', '.join(row.states)} versions.")
+    return row.model_alias, row.chunker_version, row.state, row.dimensions
 
 
 def can_be_reader(conn: psycopg.Connection) -> bool:
     with conn.transaction():
-        return conn.execute("SELECT pg_has_role(current_user, 'toolkit_reader', 'MEMBER')").fetchone()[0]
+        return may_take_role(conn, READER_ROLE)
 
 
 def query_set_hash(path: str | Path) -> str:
@@ -193,8 +189,7 @@ def verify(
     validation.QUERY_SET_SIZE.check(min_queries)
     tenant = pick_tenant(conn, tenant)
     queries = load_queries(queries_path, tenant_documents(conn, tenant))
-    with conn.transaction():
-        active = conn.execute("SELECT toolkit.active_version()").fetchone()[0]
+    active = active_version(conn)
     baseline = active if active is not None and active != candidate else None
     questions = [q.query for q in queries]
     payload = [
@@ -223,14 +218,9 @@ def verify(
             item["baseline_embedding"] = vector
     progress.advance(0, now="searching and scoring in SQL")
     digest = query_set_hash(queries_path)
-    with translate_errors(), conn.transaction():
-        evaluation_id = conn.execute(
-            "SELECT toolkit.evaluate_version(%s, %s, %s, %s, %s, %s, %s, %s)",
-            (candidate, tenant, Jsonb(payload), k, min_recall, max_drop, min_queries, digest),
-        ).fetchone()[0]
-        metrics, gate, passed = conn.execute(
-            "SELECT metrics, gate, passed FROM toolkit.evaluations WHERE evaluation_id = %s", (evaluation_id,)
-        ).fetchone()
+    evaluation_id, metrics, gate, passed = record_verification(
+        conn, candidate, tenant, payload, k, min_recall, max_drop, min_queries, digest
+    )
     progress.advance(0, now="scored")
     progress.finish()
     cand = _side(conn, candidate, metrics["candidate"])

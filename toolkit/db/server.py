@@ -453,6 +453,13 @@ def start_embedded(
     return Database(url=url, embedded=True, data_dir=directory.resolve(), started=not was_running)
 
 
+def recreate_database(admin_url: str, name: str) -> None:
+    """Drops the database ``name`` (its sessions ended) and creates it empty, through the server at ``admin_url``."""
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
+        conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
+
+
 def tcp_url(data_dir: Path) -> str | None:
     """The TCP URL of the embedded server (with the password), when it listens on a port."""
     settings = server_settings(data_dir)

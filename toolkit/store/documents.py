@@ -112,3 +112,10 @@ def upsert_documents(conn: psycopg.Connection, tenant: str, labels: list[str], d
             for doc_id, source, title, fmt, text, digest, root, pages in documents
         ],
     )
+
+
+def tenant_documents(conn: psycopg.Connection, tenant: str) -> dict[str, str]:
+    """The tenant's documents (doc id → stored raw text), read under row-level security with the tenant set."""
+    with translate_errors(), conn.transaction(force_rollback=True):
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        return dict(conn.execute("SELECT doc_id, raw_text FROM toolkit.documents WHERE tenant = %s", (tenant,)))

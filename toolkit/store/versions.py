@@ -235,3 +235,31 @@ def analyze_version(conn: psycopg.Connection, version: int) -> None:
 def version_index_valid(conn: psycopg.Connection, version: int) -> bool:
     with conn.transaction():
         return conn.execute("SELECT toolkit.version_index_valid(%s)", (version,)).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class VerifyTarget:
+    """A version as verify sees it: its model, chunker and state, and whether SQL's verify rule accepts the state
+    (``toolkit.version_states('verify')``, listed in ``states``)."""
+
+    model_alias: str
+    chunker_version: str
+    state: str
+    dimensions: int
+    accepted: bool
+    states: list[str]
+
+
+def verify_target(conn: psycopg.Connection, version: int) -> VerifyTarget | None:
+    with conn.transaction():
+        return (
+            conn.cursor(row_factory=class_row(VerifyTarget))
+            .execute(
+                "SELECT v.model_alias, v.chunker_version, v.state, v.dimensions,"
+                " v.state = ANY (toolkit.version_states('verify')) AS accepted,"
+                " toolkit.version_states('verify') AS states"
+                " FROM toolkit.versions AS v WHERE v.version = %s",
+                (version,),
+            )
+            .fetchone()
+        )
