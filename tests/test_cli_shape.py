@@ -77,3 +77,19 @@ def helper():
         encoding="utf-8",
     )
     assert command_bodies(tmp_path) == {"sample.py:short": 4, "sample.py:long_": 30}
+
+
+def test_json_is_written_in_one_place():
+    """Output options are declared once (``_output.FORMAT_OPTION``) and JSON written once (``_output.json_output`` and
+    ``json_line``): no command or printer compares the format with "json" or calls json.dumps itself."""
+    cli = Path(__file__).resolve().parents[1] / "toolkit" / "cli"
+    offenders = []
+    for path in sorted(cli.glob("*.py")):
+        if path.name == "_output.py":
+            continue
+        text = path.read_text()
+        for pattern in ('== "json"', '!= "json"', "json.dumps(", 'click.Choice(["table", "json"])'):
+            if pattern in text:
+                offenders.append(f"{path.name}: {pattern}")
+    assert offenders == []
+    assert '== "json"' not in (cli / "_render.py").read_text() and "json_output(" in (cli / "_render.py").read_text()

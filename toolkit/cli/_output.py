@@ -85,10 +85,34 @@ def print_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> N
         say("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
+def as_json(value):
+    """What ``--format json`` prints of a command's result: a report's ``as_dict()`` (or ``to_dict()``), each item of
+    a list, or the value itself."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if isinstance(value, list | tuple):
+        return [as_json(item) for item in value]
+    return value
+
+
+def json_output(output_format: str, result) -> bool:
+    """The one place a command's result is written as JSON (for scripts and CI): writes it and returns True under
+    ``--format json``; returns False for the table and lines a command prints for people."""
+    if output_format != "json":
+        return False
+    click.echo(to_json(as_json(result)))
+    return True
+
+
+def json_line(record: dict) -> None:
+    """One JSON object on one line (``--format jsonl``: a record per line as it comes)."""
+    click.echo(json.dumps(record, ensure_ascii=False))
+
+
 def emit(rows: Sequence[dict], output_format: str, columns: Sequence[str] | None = None) -> None:
-    if output_format == "json":
-        click.echo(to_json(list(rows)))
-    else:
+    if not json_output(output_format, list(rows)):
         print_table(rows, columns)
 
 

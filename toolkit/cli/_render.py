@@ -4,11 +4,9 @@ people, and the messages on stderr. Commands parse, call one library function, a
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from toolkit.cli._output import emit, plural, print_table, say, to_json
+from toolkit.cli._output import emit, json_line, json_output, plural, print_table, say
 
 # --- backfill, verify, cutover, rollback, retire ---------------------------------------------------------------
 
@@ -30,9 +28,7 @@ STOP_REASONS = {"max-cost": "the next batch would pass --max-cost", "interrupted
 
 
 def print_backfill(report, output_format: str, model_alias: str, chunker_spec: str | None) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
-    else:
+    if not json_output(output_format, report):
         say(
             f"Version {report.version} ({report.model_alias}, {report.chunker_version}): {report.state}. "
             f"{plural(report.documents_chunked, 'document')} chunked, {plural(report.rows_written, 'row')} written "
@@ -58,8 +54,7 @@ def print_backfill(report, output_format: str, model_alias: str, chunker_spec: s
 
 
 def print_verify(report, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
+    if json_output(output_format, report):
         return
     emit(report.comparison(), "table")
     count = report.candidate.metrics.queries
@@ -76,17 +71,16 @@ def print_verify(report, output_format: str) -> None:
 
 
 def print_cutover(done, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(done.as_dict()))
+    if json_output(output_format, done):
         return
     previous = done.standby
     say(f"Version {done.active} is active" + (f"; version {previous} is on standby." if previous else "."))
 
 
 def print_rollback(done, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(done.as_dict()))
-    elif done.canary_ended is not None:
+    if json_output(output_format, done):
+        return
+    if done.canary_ended is not None:
         say(
             f"Canary ended: version {done.canary_ended} serves nothing now; version {done.active} serves every request."
         )
@@ -98,16 +92,8 @@ def print_rollback(done, output_format: str) -> None:
 
 
 def print_retired(retired: list[int], dry_run: bool, output_format: str, *, kept: list[dict] = ()) -> None:
-    if output_format == "json":
-        click.echo(
-            to_json(
-                {
-                    "retired": [] if dry_run else retired,
-                    "would_retire": retired if dry_run else [],
-                    "kept": list(kept),
-                }
-            )
-        )
+    shown = {"retired": [] if dry_run else retired, "would_retire": retired if dry_run else [], "kept": list(kept)}
+    if json_output(output_format, shown):
         return
     verb = "Would retire" if dry_run else "Retired"
     say(f"{verb}: {', '.join(map(str, retired))}." if retired else "Nothing to retire.")
@@ -129,8 +115,7 @@ def print_started(database, tcp: str | None, standby_of: str | None) -> None:
 
 
 def print_backup(report, verb: str, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
+    if json_output(output_format, report):
         return
     size = f"{report.bytes / 1e6:.1f} MB" if report.bytes >= 100_000 else f"{report.bytes:,} bytes"
     where = "to" if verb == "Dumped" else "from"
@@ -147,16 +132,12 @@ def print_backup(report, verb: str, output_format: str) -> None:
 
 
 def print_rollback_window(window, protected, *, changed: bool, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(
-            to_json(
-                {
-                    "rollback_window_seconds": round(window.total_seconds()),
-                    "protected_version": protected.version if protected else None,
-                    "protected_until": protected.protected_until.isoformat() if protected else None,
-                }
-            )
-        )
+    shown = {
+        "rollback_window_seconds": round(window.total_seconds()),
+        "protected_version": protected.version if protected else None,
+        "protected_until": protected.protected_until.isoformat() if protected else None,
+    }
+    if json_output(output_format, shown):
         return
     say(f"The rollback window is {'now ' if changed else ''}{window}.")
     if protected:
@@ -169,8 +150,7 @@ def print_rollback_window(window, protected, *, changed: bool, output_format: st
 
 def print_canary(change, output_format: str) -> None:
     current = change.canary
-    if output_format == "json":
-        click.echo(to_json(current.as_dict() if current else None))
+    if json_output(output_format, current):
         return
     if current is not None:
         say(
@@ -186,8 +166,7 @@ def print_canary(change, output_format: str) -> None:
 
 
 def print_shadow(report, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
+    if json_output(output_format, report):
         return
     say(
         f"{plural(report.questions, 'question')} on active version {report.active} and "
@@ -206,8 +185,7 @@ def print_shadow(report, output_format: str) -> None:
 
 
 def print_query_log(change, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(change.as_dict()))
+    if json_output(output_format, change):
         return
     status = change.status
     state = "off" if status.sample_rate == 0 else f"on, logging {status.sample_rate:.0%} of questions"
@@ -239,8 +217,7 @@ STATUS_COLUMNS = [
 
 
 def print_overview(overview, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(overview.as_dict()))
+    if json_output(output_format, overview):
         return
     emit(overview.version_rows(), "table", STATUS_COLUMNS)
     counted = overview.documents
@@ -267,8 +244,7 @@ def print_overview(overview, output_format: str) -> None:
 
 
 def print_server_status(info: dict, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(info))
+    if json_output(output_format, info):
         return
     for key, value in info.items():
         say(f"{key:16} {value}")
@@ -310,8 +286,7 @@ def say_ingest_interrupted() -> None:
 
 
 def print_ingest(report, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
+    if json_output(output_format, report):
         return
     say(
         f"{plural(report.documents, 'document')} for tenant {report.tenant}: {report.new} new, "
@@ -347,8 +322,7 @@ def _one_line(text: str, width: int = 100) -> str:
 def print_hits(hits, output_format: str) -> None:
     if hits:
         say(f"toolkit: version {hits[0].version} ({hits[0].model_alias}) served this search", err=True)
-    if output_format == "json":
-        emit([hit.as_dict() for hit in hits], "json")
+    if json_output(output_format, hits):
         return
     rows = [
         {
@@ -381,7 +355,7 @@ class ChunkOutput:
 
     def record(self, record: dict) -> None:
         if self.output_format == "jsonl":
-            click.echo(json.dumps(record, ensure_ascii=False))
+            json_line(record)
         elif self.output_format == "table":
             self.rows.append(record)
 
@@ -445,8 +419,7 @@ def _eval_row(result) -> dict:
 def print_eval(report, output_format: str, *, stored: bool, plot: str | None) -> None:
     """``stored``: a database version was evaluated (every note is printed; for files the first one is the header's).
     ``plot``: where the frontier was written."""
-    if output_format == "json":
-        click.echo(to_json(report.to_dict()))
+    if json_output(output_format, report):
         return
     say(
         f"{plural(report.queries, 'query', 'queries')}, {plural(report.documents, 'document')}, k = {report.k}, "

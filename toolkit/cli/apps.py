@@ -7,15 +7,14 @@ from __future__ import annotations
 import click
 
 from toolkit.cli._context import in_database
-from toolkit.cli._output import FORMAT_OPTION, emit, plural, say, to_json
+from toolkit.cli._output import FORMAT_OPTION, emit, json_output, plural, say
 from toolkit.cli._params import Number
 from toolkit.cli.serving import tenant
 from toolkit.validation import VERSION_NUMBER
 
 
 def _print_deletion(report, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(report.as_dict()))
+    if json_output(output_format, report):
         return
     emit([r.__dict__ for r in report.removed], "table", ["relation", "version", "rows"])
     what = f"tenant {report.tenant}" if report.action == "erase" else plural(len(report.doc_ids), "document")
@@ -81,12 +80,12 @@ def embed(question, tenant, request_key, output_format) -> None:
 
     made = in_database(embed_questions, [question], tenant, request_key)
     literal = vector_literal(made.embeddings[0])
-    if output_format == "json":
-        answer = made.as_dict()
-        answer["embedding"] = answer.pop("embeddings")[0]
-        answer["tokens"] = answer["tokens"][0]
-        click.echo(to_json(answer))
-    elif output_format == "vector":
+    answer = made.as_dict()
+    answer["embedding"] = answer.pop("embeddings")[0]
+    answer["tokens"] = answer["tokens"][0]
+    if json_output(output_format, answer):
+        return
+    if output_format == "vector":
         say(f"toolkit: version {made.version} ({made.model_alias}) serves this request", err=True)
         say(literal)
     else:
@@ -143,8 +142,7 @@ def show(version, doc_id, tenant, output_format) -> None:
         emit([asdict(d) for d in documents], output_format)
         return
     chunks = in_database(version_chunks, version, doc_id, tenant)
-    if output_format == "json":
-        click.echo(to_json([asdict(c) for c in chunks]))
+    if json_output(output_format, [asdict(c) for c in chunks]):
         return
     rows = [
         {
@@ -162,8 +160,7 @@ def show(version, doc_id, tenant, output_format) -> None:
 
 
 def _print_diff(found, output_format: str) -> None:
-    if output_format == "json":
-        click.echo(to_json(found.as_dict()))
+    if json_output(output_format, found):
         return
     for label, side in (("A", found.a), ("B", found.b)):
         say(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from toolkit import estimate as lib
 from toolkit import validation
+from toolkit.cli._output import FORMAT_OPTION, json_output
 from toolkit.cli._params import Checked, Number
 
 
@@ -132,14 +131,15 @@ def _overlap(text: str) -> None:
 @click.option(
     "--hnsw-m", type=Number(validation.HNSW_M), default=16, show_default=True, help="HNSW m, for the index size."
 )
-@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@FORMAT_OPTION
 def estimate(output_format, **options):
     """Estimate chunks, embedding cost, raw vector bytes and prompt cost per query.
 
     Example: toolkit estimate --tokens 10M --chunk 200 --chunk 800 --overlap 0 --overlap 400 -k 5
     """
     result = lib.estimate_from(**options)
-    click.echo(json.dumps(result.to_dict(), indent=2) if output_format == "json" else render_table(result))
+    if not json_output(output_format, result):
+        click.echo(render_table(result))
 
 
 def _size(n_bytes: int) -> str:
