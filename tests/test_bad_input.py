@@ -130,6 +130,7 @@ ROWS = [
         named(WRITE),
     ),
     row("ingest", "--acl", "ingest {corpus} --tenant acme --acl {}", named(WRITE)),
+    row("ingest", "--metadata", "ingest {corpus} --tenant acme --metadata {}", named(REFUSED)),
     row("ingest", "--batch-size", "ingest {corpus} --tenant acme --batch-size {}", number()),
     row("ingest", "--format", "ingest {corpus} --tenant acme --format {}", choice()),
     # what one file may cost to read (sizes like 100MB, seconds, counts): every bad value is a usage error

@@ -102,15 +102,19 @@ def ingest(
     progress: Progress | None = None,
     overlap: bool = True,
     limits=None,
+    metadata: dict | None = None,
 ) -> IngestReport:
     """Ingests files and directories for a tenant into every live version; see the module docstring. ``limits``
     (a ``toolkit.text.sources.ReadLimits``) bounds what each file may cost to read: a file over a limit is
-    reported in ``failed`` and the others are stored."""
+    reported in ``failed`` and the others are stored. ``metadata`` (top-level keys with a string, number, boolean
+    or null value) is merged into every document's ``documents.metadata``, where search filters find it
+    (``metadata.KEY=VALUE``); an unchanged document gets it without being chunked or embedded again."""
     from toolkit.text.sources import SourceError, read_documents
 
     validation.BATCH_DOCUMENTS.check(batch_documents)
     validate_tenant(tenant)
     labels = validate_labels(acl)
+    metadata = validation.document_metadata(metadata)
     roots = []
     for path in paths:
         root = Path(path)
@@ -146,7 +150,7 @@ def ingest(
     # Counted in documents; the share and the ETA in bytes of text (a long document is most of the work).
     progress.set_total(len(documents), weight=sum(len(item.text) for _, item in documents))
 
-    _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap)
+    _run_batches(conn, targets, tenant, labels, metadata, documents, batch_documents, report, progress, overlap)
 
     if prune:
         with translate_errors(), conn.transaction():
@@ -246,7 +250,9 @@ class _Worker:
                     future.set_exception(error)
 
 
-def _run_batches(conn, targets, tenant, labels, documents, batch_documents, report, progress, overlap) -> None:
+def _run_batches(
+    conn, targets, tenant, labels, metadata, documents, batch_documents, report, progress, overlap
+) -> None:
     """Plan, prepare and write the batches; with ``overlap``, the next batch is prepared while one is written.
 
     Chunking and embedding (the prepare stage) run in one worker thread; everything that touches the
@@ -262,7 +268,7 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
     worker = _Worker()
 
     def start(index: int) -> _Batch:
-        planned = _plan_batch(conn, targets, tenant, labels, index, batches[index], report)
+        planned = _plan_batch(conn, targets, tenant, labels, metadata, index, batches[index], report)
         if planned.work:
             planned.prepared = worker.submit(
                 _prepare_batch, planned.targets, tenant, labels, planned.work, planned.known
@@ -271,9 +277,9 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
 
     def write(batch: _Batch, prepared: _Prepared) -> None:
         if batch.work:
-            _write_batch(conn, batch.targets, tenant, labels, batch.work, prepared.rows_by_version, report)
+            _write_batch(conn, batch.targets, tenant, labels, metadata, batch.work, prepared.rows_by_version, report)
         if batch.moved:
-            _write_moved(conn, tenant, batch.moved)
+            _write_moved(conn, tenant, metadata, batch.moved)
         report.embedded += prepared.embedded
         report.reused += prepared.reused
         report.deferred.update(prepared.deferred)
@@ -317,7 +323,7 @@ def _run_batches(conn, targets, tenant, labels, documents, batch_documents, repo
         worker.close()
 
 
-def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestReport) -> _Batch:
+def _plan_batch(conn, targets, tenant, labels, metadata, index, batch, report: IngestReport) -> _Batch:
     """Which documents of the batch changed, and the stored vectors each version can reuse for them."""
     planned = _Batch(index, batch, list(targets), [getattr(report, name) for name in _COUNTERS])
     doc_ids = [doc.doc_id for _, doc in batch]
@@ -328,7 +334,9 @@ def _plan_batch(conn, targets, tenant, labels, index, batch, report: IngestRepor
             # Same document, content and labels: nothing to chunk or embed, even if it is read from a folder of
             # another name (only the stored source and root, which --prune goes by, are updated).
             report.unchanged += 1
-            if stored[doc.doc_id][2] != root or stored[doc.doc_id][3] != str(doc.source):
+            _, _, stored_root, stored_source, stored_metadata = stored[doc.doc_id]
+            retagged = any(stored_metadata.get(key) != value for key, value in metadata.items())
+            if stored_root != root or stored_source != str(doc.source) or retagged:
                 planned.moved.append((root, doc))
             continue
         if doc.doc_id in stored:
@@ -403,12 +411,13 @@ def _prepare_batch(targets, tenant, labels, work, known_by_version) -> _Prepared
     return _Prepared(rows_by_version, embedded, reused, time.perf_counter() - began, deferred)
 
 
-def _write_moved(conn, tenant, moved) -> None:
-    """Updates the source path and root of unchanged documents read from another place; no chunk is touched."""
-    move_documents(conn, tenant, [(doc.doc_id, str(doc.source), root) for root, doc in moved])
+def _write_moved(conn, tenant, metadata, moved) -> None:
+    """Updates the source path, root and given metadata of unchanged documents (read from another place, or given
+    other metadata); no chunk is touched."""
+    move_documents(conn, tenant, [(doc.doc_id, str(doc.source), root) for root, doc in moved], metadata)
 
 
-def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: IngestReport) -> None:
+def _write_batch(conn, targets, tenant, labels, metadata, work, rows_by_version, report: IngestReport) -> None:
     changed_ids = [doc.doc_id for _, doc, _ in work]
     began = time.perf_counter()
     with translate_errors(), conn.transaction():
@@ -419,6 +428,7 @@ def _write_batch(conn, targets, tenant, labels, work, rows_by_version, report: I
             conn,
             tenant,
             labels,
+            metadata,
             [
                 (doc.doc_id, str(doc.source), doc.title or "", doc.format, doc.text, digest, root, doc.pages)
                 for root, doc, digest in work

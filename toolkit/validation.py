@@ -332,3 +332,61 @@ def check_tenant(tenant) -> str:
             f"The tenant {shown(tenant)} is not usable: give a non-empty name of at most 200 printable characters."
         )
     return tenant
+
+
+# Keys ingest writes itself in documents.metadata (the folder a document was read from, a PDF's page offsets).
+INGEST_METADATA_KEYS = ("root", "pages")
+
+
+def document_metadata(metadata) -> dict:
+    """Metadata given to ingest for its documents: top-level keys (non-empty printable text, not ``root`` or
+    ``pages``, which ingest writes) with one string, finite number, boolean or null each, as the search filters
+    ``metadata.KEY=VALUE`` compare them."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InputError(f"Document metadata is a mapping of keys to values, not {shown(metadata)}.")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key.strip() or not key.isprintable() or len(key) > 200:
+            raise InputError(f"The metadata key {shown(key)} is not usable: give a non-empty printable name.")
+        if key in INGEST_METADATA_KEYS:
+            raise InputError(
+                f"The metadata key {key!r} is ingest's own (the source folder, a PDF's pages); use another."
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"The metadata {key} is {value!r}; JSON has no NaN or infinity: give a finite number.")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise InputError(
+                f"The metadata {key} must be one string, number, true, false or null (filters compare one value), "
+                f"not {shown(value)}."
+            )
+        if isinstance(value, str) and (problem := text_problem(value)):
+            raise InputError(f"The metadata {key} holds text that cannot be stored ({problem}).")
+    return dict(metadata)
+
+
+def parse_metadata(pairs) -> dict:
+    """``KEY=VALUE`` pairs typed on the command line: the value is JSON (``2024``, ``true``, ``null``, ``"2024"``) or,
+    when it is not JSON, the text itself (``en``); an object or a list is refused."""
+    import json
+
+    metadata = {}
+    for pair in pairs or ():
+        key, sep, text = str(pair).partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--metadata takes KEY=VALUE (e.g. lang=en or year=2024), not {shown(pair)}.")
+        try:
+            value = json.loads(text, parse_constant=lambda constant: constant)
+        except ValueError:
+            if text.strip()[:1] in ("{", "[", '"'):
+                raise InputError(
+                    f"The metadata {key} starts like JSON but is not JSON ({shown(text)}); write a string, a number, "
+                    "true, false or null, e.g. lang=en or year=2024."
+                ) from None
+            value = text
+        if isinstance(value, dict | list):
+            raise InputError(f"The metadata {key} must be one value, not a JSON {type(value).__name__}.")
+        if key in metadata and metadata[key] != value:
+            raise InputError(f"The metadata key {key} is given twice ({shown(metadata[key])}, {shown(value)}).")
+        metadata[key] = value
+    return document_metadata(metadata)

@@ -10,7 +10,7 @@ from toolkit.cli import _render
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
 from toolkit.cli._params import Number, read_limit_options
-from toolkit.validation import BATCH_DOCUMENTS
+from toolkit.validation import BATCH_DOCUMENTS, parse_metadata
 
 
 @click.command(short_help="Ingest files for a tenant into every live version.")
@@ -24,6 +24,14 @@ from toolkit.validation import BATCH_DOCUMENTS
     help="Access label (repeatable): only principals holding one see the chunks.",
 )
 @click.option(
+    "--metadata",
+    "metadata",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Metadata for every document of this run (repeatable; VALUE is JSON or text: lang=en, year=2024), "
+    "what --filter metadata.KEY=VALUE finds.",
+)
+@click.option(
     "--prune", is_flag=True, help="Delete this tenant's documents that are no longer under PATH (from every version)."
 )
 @click.option(
@@ -32,7 +40,7 @@ from toolkit.validation import BATCH_DOCUMENTS
 @read_limit_options
 @QUIET_OPTION
 @FORMAT_OPTION
-def ingest(paths, tenant, acl, prune, batch_size, quiet, output_format, limits) -> None:
+def ingest(paths, tenant, acl, metadata, prune, batch_size, quiet, output_format, limits) -> None:
     """Ingest PATH... (Markdown, text, HTML, PDF, code) for a tenant into every live version.
 
     Unchanged documents do nothing; changed ones are re-chunked and only new chunk texts are embedded.
@@ -42,13 +50,13 @@ def ingest(paths, tenant, acl, prune, batch_size, quiet, output_format, limits) 
     from toolkit.ingest import ingest as run
     from toolkit.progress import Progress
 
+    options = {"acl": acl, "prune": prune, "batch_documents": batch_size, "limits": limits}
+    options["metadata"] = parse_metadata(metadata)  # refused before the database is opened
     _, conn = open_database()
     progress = Progress("ingest", unit="documents", quiet=quiet)
     try:
         with conn:
-            report = run(
-                conn, paths, tenant, acl=acl, prune=prune, batch_documents=batch_size, progress=progress, limits=limits
-            )
+            report = run(conn, paths, tenant, progress=progress, **options)
     except KeyboardInterrupt:
         _render.say_ingest_interrupted()
         sys.exit(130)

@@ -64,51 +64,47 @@ def documents_under_root(conn: psycopg.Connection, tenant: str, root: str) -> li
 
 
 def stored_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> dict[str, tuple]:
-    """doc id → (content hash, access labels, root, source) of those of ``doc_ids`` that ``tenant`` has."""
+    """doc id → (content hash, access labels, root, source, metadata) of those of ``doc_ids`` that ``tenant`` has."""
     with conn.transaction():
         rows = conn.execute(
-            "SELECT doc_id, content_hash, access_labels, metadata->>'root', source FROM toolkit.documents"
+            "SELECT doc_id, content_hash, access_labels, metadata->>'root', source, metadata FROM toolkit.documents"
             " WHERE tenant = %s AND doc_id = ANY(%s)",
             (tenant, doc_ids),
         ).fetchall()
-    return {r[0]: (r[1], list(r[2]), r[3], r[4]) for r in rows}
+    return {r[0]: (r[1], list(r[2]), r[3], r[4], r[5] or {}) for r in rows}
 
 
-def move_documents(conn: psycopg.Connection, tenant: str, moved: list[tuple[str, str, str]]) -> None:
-    """Records a new source path and root for unchanged documents read from another place: (doc id, source, root)."""
+def move_documents(
+    conn: psycopg.Connection, tenant: str, moved: list[tuple[str, str, str]], metadata: dict | None = None
+) -> None:
+    """Records a new source path and root, and merges ``metadata``, for unchanged documents: (doc id, source,
+    root)."""
     with translate_errors(), conn.transaction():
         conn.cursor().executemany(
-            "UPDATE toolkit.documents SET source = %s, metadata = metadata || jsonb_build_object('root', %s::text)"
+            "UPDATE toolkit.documents SET source = %s,"
+            " metadata = metadata || %s::jsonb || jsonb_build_object('root', %s::text)"
             " WHERE tenant = %s AND doc_id = %s",
-            [(source, root, tenant, doc_id) for doc_id, source, root in moved],
+            [(source, Jsonb(metadata or {}), root, tenant, doc_id) for doc_id, source, root in moved],
         )
 
 
-def upsert_documents(conn: psycopg.Connection, tenant: str, labels: list[str], documents: list[tuple]) -> None:
+def upsert_documents(
+    conn: psycopg.Connection, tenant: str, labels: list[str], metadata: dict, documents: list[tuple]
+) -> None:
     """Inserts or updates documents, in the caller's transaction, one statement for the batch (psycopg pipelines
-    executemany): (doc id, source, title, format, raw text, content hash, root, pages or None)."""
+    executemany): (doc id, source, title, format, raw text, content hash, root, pages or None). ``metadata`` is merged
+    into each document's (ingest's own keys, root and pages, win)."""
     conn.cursor().executemany(
         "INSERT INTO toolkit.documents AS d (tenant, doc_id, source, title, format, raw_text, content_hash,"
         " access_labels, metadata)"
         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-        " jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
+        " %s::jsonb || jsonb_strip_nulls(jsonb_build_object('root', %s::text, 'pages', %s::jsonb)))"
         " ON CONFLICT (tenant, doc_id) DO UPDATE SET source = EXCLUDED.source, title = EXCLUDED.title,"
         " format = EXCLUDED.format, raw_text = EXCLUDED.raw_text, content_hash = EXCLUDED.content_hash,"
         " access_labels = EXCLUDED.access_labels, metadata = (d.metadata - 'pages') || EXCLUDED.metadata,"
         " updated_at = now()",
         [
-            (
-                tenant,
-                doc_id,
-                source,
-                title,
-                fmt,
-                text,
-                digest,
-                labels,
-                root,
-                None if pages is None else Jsonb(list(pages)),
-            )
+            (tenant, doc_id, source, title, fmt, text, digest, labels, Jsonb(metadata), root, _pages(pages))
             for doc_id, source, title, fmt, text, digest, root, pages in documents
         ],
     )
@@ -119,3 +115,7 @@ def tenant_documents(conn: psycopg.Connection, tenant: str) -> dict[str, str]:
     with translate_errors(), conn.transaction(force_rollback=True):
         conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
         return dict(conn.execute("SELECT doc_id, raw_text FROM toolkit.documents WHERE tenant = %s", (tenant,)))
+
+
+def _pages(pages) -> Jsonb | None:
+    return None if pages is None else Jsonb(list(pages))
