@@ -132,3 +132,46 @@ def test_the_cli_lookup_accepts_what_the_sql_routine_accepts(conn, make_model):
     assert resolve_version(conn, "m", action="verify") == version
     with pytest.raises(Exception, match="no version action is called 'deploy'"):
         conn.execute("SELECT toolkit.version_states('deploy')")
+
+
+# -- copies Python keeps of a rule SQL owns, tied to the catalog ------------------------------------------------
+
+
+def function_source(conn, signature: str) -> str:
+    return conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", (signature,)).fetchone()[0]
+
+
+def test_the_search_filter_keys_are_sqls(conn):
+    """search.FILTER_KEYS (what the CLI and search() accept) is the list toolkit._search_filter_values checks."""
+    from toolkit.search import FILTER_KEYS
+
+    source = function_source(conn, "toolkit._search_filter_values(jsonb)")
+    listed = re.search(r"filter_name NOT IN \(([^)]*)\)", source)
+    assert listed, "the key list moved: update this test"
+    assert tuple(re.findall(r"'(\w+)'", listed.group(1))) == FILTER_KEYS
+
+
+def test_hits_per_context_is_search_contexts(conn):
+    """The offline evaluation fetches HITS_PER_CONTEXT x k children per small-to-big context, as search_context does."""
+    from toolkit.evaluation.report import HITS_PER_CONTEXT
+
+    signatures = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
+        " WHERE p.pronamespace = 'toolkit'::regnamespace AND p.proname = 'search_context'"
+    ).fetchall()
+    assert len(signatures) == 1
+    found = re.findall(r"least\(k \* (\d+), toolkit\.search_max_k\(\)\)", function_source(conn, signatures[0][0]))
+    assert found and {int(n) for n in found} == {HITS_PER_CONTEXT}
+
+
+def test_a_row_waiting_for_its_embedding_is_sqls_rule(conn):
+    """store.contents.stored_chunks counts the rows still waiting for an embedding as version_pending_rows does."""
+    import inspect
+
+    from toolkit.store import contents
+
+    rule = re.search(
+        r"WHERE (embedding IS NULL AND NOT is_parent)", function_source(conn, "toolkit.version_pending_rows(integer)")
+    )
+    assert rule, "version_pending_rows changed its rule: update this test and stored_chunks"
+    assert rule.group(1) in inspect.getsource(contents.stored_chunks)
