@@ -7,7 +7,6 @@ changes nothing for the request; a version retired meanwhile raises VersionUnava
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import threading
@@ -98,31 +97,9 @@ def parse_retrieval(retrieval: str | None, *, hybrid: bool = False, expand: str 
     return retrieval
 
 
-def parse_metadata_value(key: str, text: str):
-    """The value of ``metadata.KEY=VALUE``: JSON text (``2024``, ``true``, ``null``, ``"2024"``), or the text itself
-    as a string when it is not JSON (``en``). An object or a list is refused: a filter compares one value."""
-    try:
-        # NaN and Infinity are not JSON: as typed, they are strings.
-        value = json.loads(text, parse_constant=lambda constant: constant)
-    except ValueError:
-        if text.strip()[:1] in ("{", "[", '"'):
-            raise InputError(
-                f"The metadata filter {key} has a value that starts like JSON but is not JSON "
-                f"({validation.shown(text)}); write a string, a number, true, false or null, e.g. metadata.lang=en "
-                "or metadata.year=2024."
-            ) from None
-        return text
-    if isinstance(value, dict | list):
-        raise InputError(
-            f"The metadata filter {key} compares a top-level key with one value, not with a JSON "
-            f"{'object' if isinstance(value, dict) else 'list'}; give one string, number, true, false or null."
-        )
-    return value
-
-
 def parse_filters(pairs: Sequence[str]) -> dict:
     """Turns ``KEY=VALUE`` strings into the filters object; a key given twice collects its values.
-    ``metadata.KEY=VALUE`` filters on a top-level key of the document's metadata (``parse_metadata_value``)."""
+    ``metadata.KEY=VALUE`` filters on a top-level key of the document's metadata (``validation.metadata_value``)."""
     filters: dict = {}
     for pair in pairs:
         if pair.strip().startswith(METADATA_PREFIX):
@@ -136,7 +113,7 @@ def parse_filters(pairs: Sequence[str]) -> dict:
             metadata = filters.setdefault("metadata", {})
             if name in metadata:
                 raise InputError(f"The metadata filter {name} was given twice; it takes one value.")
-            metadata[name] = parse_metadata_value(name, text)
+            metadata[name] = validation.metadata_value(name, text)
             continue
         parsed = validation.key_value(pair, FILTER_KEYS)
         if parsed is None:

@@ -365,27 +365,39 @@ def document_metadata(metadata) -> dict:
     return dict(metadata)
 
 
-def parse_metadata(pairs) -> dict:
-    """``KEY=VALUE`` pairs typed on the command line: the value is JSON (``2024``, ``true``, ``null``, ``"2024"``) or,
-    when it is not JSON, the text itself (``en``); an object or a list is refused."""
+def metadata_value(key: str, text: str, what: str = "metadata filter"):
+    """The value of a typed ``KEY=VALUE`` of document metadata (``--filter metadata.KEY=VALUE``, ``ingest
+    --metadata``): JSON text (``2024``, ``true``, ``null``, ``"2024"``), or the text itself as a string when it is not
+    JSON (``en``). An object or a list is refused: a filter compares one value."""
     import json
 
+    try:
+        # NaN and Infinity are not JSON: as typed, they are strings.
+        value = json.loads(text, parse_constant=lambda constant: constant)
+    except ValueError:
+        if text.strip()[:1] in ("{", "[", '"'):
+            raise InputError(
+                f"The {what} {key} has a value that starts like JSON but is not JSON ({shown(text)}); write a "
+                "string, a number, true, false or null, e.g. lang=en or year=2024."
+            ) from None
+        return text
+    if isinstance(value, dict | list):
+        raise InputError(
+            f"The {what} {key} compares a top-level key with one value, not with a JSON "
+            f"{'object' if isinstance(value, dict) else 'list'}; give one string, number, true, false or null."
+        )
+    return value
+
+
+def parse_metadata(pairs) -> dict:
+    """``KEY=VALUE`` pairs typed for ``ingest --metadata`` (values read by ``metadata_value``), checked as
+    ``document_metadata`` checks them."""
     metadata = {}
     for pair in pairs or ():
         key, sep, text = str(pair).partition("=")
         if not sep or not key.strip():
             raise InputError(f"--metadata takes KEY=VALUE (e.g. lang=en or year=2024), not {shown(pair)}.")
-        try:
-            value = json.loads(text, parse_constant=lambda constant: constant)
-        except ValueError:
-            if text.strip()[:1] in ("{", "[", '"'):
-                raise InputError(
-                    f"The metadata {key} starts like JSON but is not JSON ({shown(text)}); write a string, a number, "
-                    "true, false or null, e.g. lang=en or year=2024."
-                ) from None
-            value = text
-        if isinstance(value, dict | list):
-            raise InputError(f"The metadata {key} must be one value, not a JSON {type(value).__name__}.")
+        value = metadata_value(key, text, "metadata")
         if key in metadata and metadata[key] != value:
             raise InputError(f"The metadata key {key} is given twice ({shown(metadata[key])}, {shown(value)}).")
         metadata[key] = value
