@@ -327,16 +327,15 @@ def _plan_batch(conn, targets, tenant, labels, metadata, index, batch, report: I
     """Which documents of the batch changed, and the stored vectors each version can reuse for them."""
     planned = _Batch(index, batch, list(targets), [getattr(report, name) for name in _COUNTERS])
     doc_ids = [doc.doc_id for _, doc in batch]
-    stored = stored_documents(conn, tenant, doc_ids)
+    stored = stored_documents(conn, tenant, doc_ids, metadata)
     for root, doc in batch:
         digest = document_hash(doc.text)
         if doc.doc_id in stored and stored[doc.doc_id][:2] == (digest, labels):
             # Same document, content and labels: nothing to chunk or embed, even if it is read from a folder of
             # another name (only the stored source and root, which --prune goes by, are updated).
             report.unchanged += 1
-            _, _, stored_root, stored_source, stored_metadata = stored[doc.doc_id]
-            retagged = any(stored_metadata.get(key) != value for key, value in metadata.items())
-            if stored_root != root or stored_source != str(doc.source) or retagged:
+            _, _, stored_root, stored_source, has_metadata = stored[doc.doc_id]
+            if stored_root != root or stored_source != str(doc.source) or not has_metadata:
                 planned.moved.append((root, doc))
             continue
         if doc.doc_id in stored:

@@ -63,15 +63,18 @@ def documents_under_root(conn: psycopg.Connection, tenant: str, root: str) -> li
     return [row[0] for row in rows]
 
 
-def stored_documents(conn: psycopg.Connection, tenant: str, doc_ids: list[str]) -> dict[str, tuple]:
-    """doc id → (content hash, access labels, root, source, metadata) of those of ``doc_ids`` that ``tenant`` has."""
+def stored_documents(
+    conn: psycopg.Connection, tenant: str, doc_ids: list[str], metadata: dict | None = None
+) -> dict[str, tuple]:
+    """doc id → (content hash, access labels, root, source, whether its metadata already holds ``metadata``) of those
+    of ``doc_ids`` that ``tenant`` has (the comparison is SQL's: a PDF's page offsets never leave the server)."""
     with conn.transaction():
         rows = conn.execute(
-            "SELECT doc_id, content_hash, access_labels, metadata->>'root', source, metadata FROM toolkit.documents"
-            " WHERE tenant = %s AND doc_id = ANY(%s)",
-            (tenant, doc_ids),
+            "SELECT doc_id, content_hash, access_labels, metadata->>'root', source, metadata @> %s::jsonb"
+            " FROM toolkit.documents WHERE tenant = %s AND doc_id = ANY(%s)",
+            (Jsonb(metadata or {}), tenant, doc_ids),
         ).fetchall()
-    return {r[0]: (r[1], list(r[2]), r[3], r[4], r[5] or {}) for r in rows}
+    return {r[0]: (r[1], list(r[2]), r[3], r[4], r[5]) for r in rows}
 
 
 def move_documents(
