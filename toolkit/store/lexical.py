@@ -1,6 +1,6 @@
 """What the offline mirror of SQL's retrieval asks SQL (toolkit.evaluation.retrieval): the lexemes a version's
 ``fts`` column would hold for a chunk and those a question is searched with (SQL decides what is indexed), and the
-retrieval settings and served-retrieval label SQL owns."""
+retrieval settings SQL owns."""
 
 from __future__ import annotations
 
@@ -33,12 +33,6 @@ def retrieval_settings(conn) -> dict:
     passage_chunks and postings_limit."""
     cur = conn.execute("SELECT * FROM toolkit.retrieval_settings()")
     return dict(zip([c.name for c in cur.description], cur.fetchone(), strict=True))
-
-
-def served_retrieval(conn) -> str:
-    """The label SQL gives the retrieval it serves by default (``toolkit.served_retrieval()``), which a
-    verification records."""
-    return conn.execute("SELECT toolkit.served_retrieval()").fetchone()[0]
 
 
 def query_lexemes(conn, queries: Sequence[str], config: str = DEFAULT_TEXT_SEARCH_CONFIG) -> list[list[str]]:
