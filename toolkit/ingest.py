@@ -41,7 +41,6 @@ from toolkit.store.documents import (
     stored_documents,
     upsert_documents,
     validate_labels,
-    validate_tenant,
 )
 
 
@@ -112,7 +111,7 @@ def ingest(
     from toolkit.text.sources import SourceError, read_documents
 
     validation.BATCH_DOCUMENTS.check(batch_documents)
-    validate_tenant(tenant)
+    validation.check_tenant(tenant)
     labels = validate_labels(acl)
     metadata = validation.document_metadata(metadata)
     roots = []

@@ -39,11 +39,6 @@ class VersionChunk:
     text: str
 
 
-def _rows(conn: psycopg.Connection, statement: str, params: tuple) -> list[tuple]:
-    with translate_errors(), conn.transaction():
-        return conn.execute(statement, params).fetchall()
-
-
 def select_version_documents(conn: psycopg.Connection, version: int, tenant: str | None) -> list[VersionDocument]:
     with translate_errors(), conn.transaction():
         cursor = conn.cursor(row_factory=class_row(VersionDocument))

@@ -78,18 +78,11 @@ def run_search(
 ) -> list[dict]:
     """The rows of the search function ``retrieval`` (or ``search_context`` when ``expand``), as ``role`` in
     ``tenant`` with ``principals``; ``ef_search`` sets hnsw.ef_search for the call."""
-    params = dict(params)
-    if expand:
-        params.update(expand=expand, text=query_text if retrieval == "hybrid" else None)
-        statement = STATEMENTS["expand"]
-    elif retrieval == "passages":
-        params.update(text=query_text, max_tokens=max_tokens)
-        statement = STATEMENTS["passages"]
-    elif retrieval == "hybrid":
-        params["text"] = query_text
-        statement = STATEMENTS["hybrid"]
-    else:
-        statement = STATEMENTS["vector"]
+    # A statement uses the named parameters it names; the others are ignored (small-to-big ranks by full text only
+    # when it expands hybrid hits).
+    text = query_text if not expand or retrieval == "hybrid" else None
+    params = {**params, "expand": expand, "text": text, "max_tokens": max_tokens}
+    statement = STATEMENTS["expand" if expand else retrieval]
     adapt_vectors(conn)
     with _search_errors(), as_reader(conn, tenant, principals, role):
         if ef_search is not None:
