@@ -360,3 +360,24 @@ def test_the_defaults_are_the_plain_search(conn, corpus, retrieval):
     assert [h.doc_id for h in run(conn, retrieval)] == [
         row[{"vector": 4, "hybrid": 6, "passages": 2}[retrieval]] for row in bare
     ]
+
+
+def test_diversity_ranks_a_chunk_still_waiting_for_its_embedding_last(conn, corpus):
+    """Full text finds rows a backfill has not embedded yet; MMR has no relevance for them and must not let that
+    unknown (NULL) beat every known one."""
+    text = "Chunk of pending.md: zzz zzz zzz unmatched words only here."
+    conn.execute(
+        "INSERT INTO toolkit.documents (tenant, doc_id, source, raw_text, content_hash) VALUES ('a', 'pending.md',"
+        " 'pending.md', %s, 'pending.md')",
+        (text,),
+    )
+    conn.execute(
+        f"INSERT INTO toolkit.chunks_v{int(corpus)} (tenant, chunk_id, doc_id, position, start_offset, end_offset,"
+        " heading_path, text, content_hash, token_count, embedding)"
+        " VALUES ('a', 'c-pending.md', 'pending.md', 0, 0, %s, '{}', %s, 'pending.md', 8, NULL)",
+        (len(text), text),
+    )
+    plain = docs(run(conn, "hybrid", k=5))
+    assert "pending.md" in plain  # full text finds it
+    diverse = docs(run(conn, "hybrid", k=5, diversity=0.5))
+    assert diverse[0] == "near.md" and diverse[-1] == "pending.md"

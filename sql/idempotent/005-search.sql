@@ -192,8 +192,9 @@ BEGIN
 END
 $$;
 
--- Parses a search's filters (a jsonb object) into typed values (NULL: not filtered). Each search writes its own
--- conditions statically, `($n IS NULL OR ...)`, so an unset filter folds away when the statement is planned.
+-- Parses a search's filters (a jsonb object) into typed values (NULL: not filtered). Every search applies them through
+-- toolkit._search_filter_condition(), `($n IS NULL OR ...)`, so an unset filter folds away when the statement is
+-- planned.
 CREATE OR REPLACE FUNCTION toolkit._search_filter_values(
     filters jsonb,
     OUT doc_ids text[],
@@ -376,7 +377,9 @@ BEGIN
         best := NULL;
         FOR i IN 1 .. n LOOP
             CONTINUE WHEN taken[i];
-            candidate_value := (1 - diversity) * relevance[i] - diversity * coalesce(closest[i], 0);
+            -- A candidate without an embedding (a row a backfill has still to embed, found by full text) has no
+            -- relevance to compare: it ranks as the least relevant, never as NULL (which would beat every other).
+            candidate_value := (1 - diversity) * coalesce(relevance[i], -1) - diversity * coalesce(closest[i], 0);
             IF best IS NULL OR candidate_value > best_value THEN
                 best := i;
                 best_value := candidate_value;
