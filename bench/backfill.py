@@ -177,18 +177,18 @@ def bare_copy(url: str, version: int) -> dict:
 
     from toolkit.db.connection import connect
     from toolkit.store import versions
-    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, chunk_table_name
 
     columns = sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
     with connect(url) as conn:
-        table = version_table(conn, version)
+        table = chunk_table_name(conn, version)
         rows = conn.execute(sql.SQL("SELECT {} FROM {} ORDER BY tenant, doc_id, position").format(columns, table))
         rows = rows.fetchall()
         fresh = versions.create_version(conn, "fast", CHUNKER, "bare-copy@1")
         conn.commit()
         conn.execute("CHECKPOINT")
         conn.commit()
-        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(version_table(conn, fresh), columns)
+        query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(chunk_table_name(conn, fresh), columns)
         started = time.perf_counter()
         with conn.transaction(), conn.cursor() as cur, cur.copy(query) as copy:
             copy.set_types([*_COPY_TYPES, "vector"])
@@ -208,7 +208,7 @@ def run_real_model(pg, rows: int, repeats: int) -> dict:
     from toolkit.chunking import get_chunker
     from toolkit.chunking.document import compose_embed_text
     from toolkit.db.connection import connect
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
     from toolkit.store.models import embedder_for_model, register_model
 
     url = pg.new_database("bench_backfill_minilm")
@@ -232,7 +232,7 @@ def run_real_model(pg, rows: int, repeats: int) -> dict:
     with connect(url) as conn:
         stored = conn.execute(
             sql.SQL("SELECT heading_path, context, text FROM {} WHERE NOT is_parent").format(
-                version_table(conn, report.version)
+                chunk_table_name(conn, report.version)
             )
         ).fetchall()
     assert sorted(compose_embed_text(tuple(h), c, t) for h, c, t in stored) == sorted(texts)

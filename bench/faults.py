@@ -228,11 +228,11 @@ def version_rows(url: str, version: int = 1) -> int:
     """Rows in a version's chunk table (0 while it does not exist yet)."""
     import psycopg
 
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
 
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            return conn.execute(sql_count(version_table(conn, version))).fetchone()[0]
+            return conn.execute(sql_count(chunk_table_name(conn, version))).fetchone()[0]
     except psycopg.Error:
         return 0
 
@@ -614,7 +614,7 @@ def heading_only(server: Server) -> Scenario:
     from toolkit import backfill
     from toolkit.db.connection import connect
     from toolkit.ingest import ingest
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
 
     scenario = Scenario("15.10", "a Markdown file that is only `# hello`, ingested into a `markdown:400:40` version")
     url = server.create("faults_heading")
@@ -625,7 +625,7 @@ def heading_only(server: Server) -> Scenario:
     (folder / "hello.md").write_text("# hello\n")
     with connect(url, autocommit=True) as conn:
         ingest(conn, [folder], TENANT)
-        chunks = conn.execute(sql_count(version_table(conn, version))).fetchone()[0]
+        chunks = conn.execute(sql_count(chunk_table_name(conn, version))).fetchone()[0]
     scenario.trials = 1
     if chunks == 0:
         scenario.fail("stored with 0 chunks: it can never be retrieved")

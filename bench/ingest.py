@@ -240,11 +240,11 @@ def measure_ingest_as_writer(server: Server, corpus: Path, spec: str) -> dict:
 def stored_rows(conn, version: int) -> list[tuple]:
     from psycopg import sql
 
-    from toolkit.store.chunk_table import CHUNK_COLUMNS, version_table
+    from toolkit.store.chunk_table import CHUNK_COLUMNS, chunk_table_name
 
     return conn.execute(
         sql.SQL("SELECT {} FROM {} ORDER BY tenant, doc_id, position").format(
-            sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS)), version_table(conn, version)
+            sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS)), chunk_table_name(conn, version)
         )
     ).fetchall()
 
@@ -255,7 +255,7 @@ def measure_bare_copy(url: str, rows: list[tuple], spec: str, batch_documents: i
     from psycopg import sql
 
     from toolkit.db.connection import connect
-    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, chunk_table_name
 
     doc_column = CHUNK_COLUMNS.index("doc_id")
     documents = [list(group) for _, group in itertools.groupby(rows, key=lambda row: row[doc_column])]
@@ -268,7 +268,7 @@ def measure_bare_copy(url: str, rows: list[tuple], spec: str, batch_documents: i
         version = new_version(conn, "hash384", spec, label)
         conn.commit()
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            version_table(conn, version), sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+            chunk_table_name(conn, version), sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
         )
         checkpoint(conn)
         started = time.perf_counter()
@@ -278,7 +278,7 @@ def measure_bare_copy(url: str, rows: list[tuple], spec: str, batch_documents: i
                 for row in batch:
                     copy.write_row(row)
         seconds = time.perf_counter() - started
-        count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(version_table(conn, version)))
+        count = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(chunk_table_name(conn, version)))
         assert count.fetchone()[0] == len(rows)
         conn.commit()
     return {
@@ -355,11 +355,11 @@ def embed_texts(conn, version: int) -> list[str]:
     from psycopg import sql
 
     from toolkit.chunking.document import compose_embed_text
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
 
     rows = conn.execute(
         sql.SQL("SELECT heading_path, context, text FROM {} WHERE NOT is_parent ORDER BY doc_id, position").format(
-            version_table(conn, version)
+            chunk_table_name(conn, version)
         )
     ).fetchall()
     return [compose_embed_text(tuple(h), c, t) for h, c, t in rows]

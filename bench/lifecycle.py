@@ -123,7 +123,7 @@ def measure_real_backfill(server: Server, rows: int, repeats: int) -> dict:
 
     from toolkit.chunking.document import compose_embed_text
     from toolkit.db.connection import connect
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
     from toolkit.store.models import embedder_for_model, register_model
 
     alias, provider, name = REAL_MODEL
@@ -146,7 +146,7 @@ def measure_real_backfill(server: Server, rows: int, repeats: int) -> dict:
     with connect(url) as conn:
         stored = conn.execute(
             sql.SQL("SELECT heading_path, context, text FROM {} WHERE NOT is_parent").format(
-                version_table(conn, result["version"])
+                chunk_table_name(conn, result["version"])
             )
         ).fetchall()
         conn.commit()
@@ -174,11 +174,11 @@ def measure_index_build(url: str, rows: list[tuple]) -> dict:
 
     from toolkit.db.connection import connect
     from toolkit.store import versions
-    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
+    from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, chunk_table_name
 
     def load(conn, version: int) -> float:
         query = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            version_table(conn, version), sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
+            chunk_table_name(conn, version), sql.SQL(", ").join(map(sql.Identifier, CHUNK_COLUMNS))
         )
         checkpoint(conn)
         started = time.perf_counter()
@@ -202,7 +202,7 @@ def measure_index_build(url: str, rows: list[tuple]) -> dict:
         out["after"]["index_s"] = time.perf_counter() - started
         out["after"]["total_s"] = out["after"]["load_s"] + out["after"]["index_s"]
         for version in (before, after):
-            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(version_table(conn, version)))
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(chunk_table_name(conn, version)))
             versions.mark_version_ready(conn, version)
     out["speedup"] = out["before"]["total_s"] / out["after"]["total_s"]
     out["load_average"] = load_average()

@@ -73,15 +73,16 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def chunk_table(conn, version: int) -> str:
     """A version's table, qualified and quoted, as SQL names it."""
-    from toolkit.store.chunk_table import version_table
+    from toolkit.store.chunk_table import chunk_table_name
 
-    return version_table(conn, version).as_string(conn)
+    return chunk_table_name(conn, version).as_string(conn)
 
 
 class Bench:
     def __init__(self, rows: int, queries: int, seed: int, skip_binary: bool):
         self.rows, self.query_count, self.seed, self.skip_binary = rows, queries, seed, skip_binary
         self.results: dict = {"rows": rows, "queries": queries}
+        self.owner_sqls: dict[int, str] = {}  # built once per version, outside the timed queries
 
     # -- setup --------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -195,7 +196,10 @@ class Bench:
 
     # -- queries -----------------------------------------------------------------------------------------
     def owner_sql(self, v: int) -> str:
-        return f"SELECT chunk_id FROM {chunk_table(self.owner, v)} ORDER BY embedding <=> %s LIMIT {K}"
+        if v not in self.owner_sqls:
+            table = chunk_table(self.owner, v)
+            self.owner_sqls[v] = f"SELECT chunk_id FROM {table} ORDER BY embedding <=> %s LIMIT {K}"
+        return self.owner_sqls[v]
 
     VIEW_SQL = f"SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT {K}"
     FUNCTION_SQL = f"SELECT chunk_id FROM toolkit.search_chunks(%s, {K})"

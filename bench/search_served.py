@@ -196,7 +196,7 @@ class Served:
 
         conn = self.owner
         v = versions.create_version(conn, "bench", "fixed:200:0", f"fixed:200:0@{len(rows)}:{postings}")
-        table = conn.execute("SELECT format('toolkit.%%I', toolkit._version_table(%s))", (v,)).fetchone()[0]
+        table = conn.execute("SELECT toolkit._chunk_table(%s)", (v,)).fetchone()[0]
         if not postings:
             conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
         columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
@@ -260,7 +260,7 @@ class Served:
 
     def sizes_of(self, v: int) -> dict:
         names = self.owner.execute(
-            "SELECT format('toolkit.%%I', toolkit._version_table(%s)), format('toolkit.%%I', toolkit._terms_table(%s)),"
+            "SELECT toolkit._chunk_table(%s), format('toolkit.%%I', toolkit._terms_table(%s)),"
             " format('toolkit.%%I', toolkit._term_stats_table(%s))",
             (v, v, v),
         ).fetchone()

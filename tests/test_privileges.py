@@ -135,6 +135,7 @@ EVERYONE = {
     "model_secrets",
     # What a version holds (toolkit show, diff), read as the caller.
     "_version_table",
+    "_chunk_table",
     "_live_version_table",
     "version_documents",
     "version_chunks",
@@ -159,6 +160,7 @@ WRITER = EVERYONE | {
     "lock_documents",
     "_lock_holders",
     "_version_table",
+    "_chunk_table",
     "register_model",
     "version_status",
     "version_evaluation_current",
@@ -191,6 +193,7 @@ DEPLOYER = EVERYONE | {
     "register_model",
     "_lock_holders",
     "_version_table",
+    "_chunk_table",
     "version_states",
 }
 FUNCTIONS = {"reader": EVERYONE, "bound": EVERYONE, "writer": WRITER, "deployer": DEPLOYER}

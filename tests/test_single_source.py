@@ -12,7 +12,7 @@ import pytest
 from support import ready_version
 
 from toolkit.errors import InputError
-from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, version_table
+from toolkit.store.chunk_table import _COPY_TYPES, CHUNK_COLUMNS, chunk_table_name
 from toolkit.store.versions import create_version, resolve_version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +77,68 @@ def test_sql_routines_ask_the_one_state_list_and_table_name():
     assert found == []
 
 
+# A version's table in a statement is toolkit._chunk_table(v) (qualified and quoted); toolkit._version_table(v), the
+# bare name, only starts a name derived from it (an index's: ``toolkit._version_table(v) || '_doc_idx'``) or is the
+# bare relation a deletion reports (next to 'documents').
+VERSION_TABLE_CALL = re.compile(r"toolkit\._version_table\(")
+BARE_NAME_USE = re.compile(r"toolkit\._version_table\([^()]*\)\s*\|\||relation := toolkit\._version_table\(")
+
+
+def chunk_table_offenders(text: str, name: str) -> list[str]:
+    """Calls of toolkit._version_table in SQL that are not a bare-name use (see BARE_NAME_USE)."""
+    return [
+        f"{name}:{number}: {line.strip()}"
+        for number, line in enumerate(text.splitlines(), 1)
+        if len(VERSION_TABLE_CALL.findall(line)) > len(BARE_NAME_USE.findall(line))
+    ]
+
+
+def without_function(text: str, name: str) -> str:
+    start = text.index(f"CREATE OR REPLACE FUNCTION toolkit.{name}(")
+    return text[:start] + text[text.index("$$;", text.index("$$", start) + 2) + 3 :]
+
+
+def test_the_chunk_table_scans_find_a_second_spelling():
+    assert chunk_table_offenders("tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;", "x")
+    assert chunk_table_offenders("    chunks text := toolkit._version_table(target);", "x")
+    # a multi-line format: the table's argument on its own line
+    assert chunk_table_offenders("        toolkit._version_table(v.version)) INTO n USING target, ids;", "x")
+    assert not chunk_table_offenders("    idx := toolkit._version_table(target) || '_embedding_idx';", "x")
+    assert not chunk_table_offenders("    EXECUTE format('DROP TABLE %s', toolkit._chunk_table(target));", "x")
+    assert VERSION_TABLE_CALL.search("\"SELECT format('toolkit.%%I', toolkit._version_table(%s))\"")
+
+
+def test_sql_names_a_version_table_one_way():
+    """Every routine names a chunk table with toolkit._chunk_table; only that helper qualifies the bare name."""
+    found = []
+    for path in tracked("sql/idempotent/*.sql"):
+        text = path.read_text()
+        if path.name == "003-versions.sql":
+            text = without_function(without_function(text, "_version_table"), "_chunk_table")
+        found += chunk_table_offenders(text, path.name)
+    assert found == []
+
+
+def test_python_asks_sql_for_a_version_table():
+    """Python (package and bench/) takes the name from SQL (toolkit._chunk_table, a version row's chunk_table),
+    never qualifies the bare one itself; except the migration guard, which runs against older schemas that lack
+    _chunk_table (its comment says so)."""
+    python = tracked("toolkit/*.py", "bench/*.py")
+    assert offenders(python, VERSION_TABLE_CALL, "toolkit/db/migration_guard.py") == []
+
+
+def test_chunk_table_is_the_qualified_version_table(conn, make_model):
+    make_model("m", 8)
+    version = create_version(conn, "m", "fixed:20:0", "fixed:20:0@one-name")
+    name, bare, oid = conn.execute(
+        "SELECT toolkit._chunk_table(%s), toolkit._version_table(%s), to_regclass(toolkit._chunk_table(%s))",
+        (version, version, version),
+    ).fetchone()
+    assert name == f"toolkit.{bare}"
+    assert oid is not None  # names the table create_version made
+    assert chunk_table_name(conn, version).as_string(conn) == name
+
+
 def test_chunk_columns_are_the_tables_columns(conn, make_model):
     """CHUNK_COLUMNS and their COPY types are exactly the columns a writer supplies to a version SQL created
     (all but the defaulted updated_at and the generated fts), in both storages."""
@@ -87,7 +149,7 @@ def test_chunk_columns_are_the_tables_columns(conn, make_model):
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute AS a"
             " WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''"
             " AND a.attname <> 'updated_at' ORDER BY a.attnum",
-            (version_table(conn, version).as_string(conn),),
+            (chunk_table_name(conn, version).as_string(conn),),
         ).fetchall()
         table = dict(rows)
         assert set(table) == set(CHUNK_COLUMNS), storage

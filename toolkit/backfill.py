@@ -38,7 +38,6 @@ from toolkit.store.chunk_table import (
     delete_document_rows,
     known_embeddings,
     lock_version_writes,
-    version_table,
 )
 from toolkit.store.models import embedder_for_model, get_model
 
@@ -402,14 +401,15 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
     """Builds the HNSW index after the load and moves the version to ready (see ``Finalized``)."""
     # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
     # second build), and marking a version ready twice is a no-op.
-    if versions.version_row(conn, version).state != "building":
+    row = versions.version_row(conn, version)
+    if row.state != "building":
         return Finalized("not building")
     with conn.transaction():
         if versions.version_pending_rows(conn, version) > 0:
             return Finalized("pending")
     # ANALYZE after the load, so the planner knows the table. No VACUUM: rows are written once, so there are no
     # dead tuples to remove (the index build's scan sets the hint bits), and it was a full extra pass.
-    versions.analyze_version(conn, version)
+    versions.analyze_version(conn, row.chunk_table)
     started = time.perf_counter()
     versions.create_version_index(conn, version, maintenance_work_mem=maintenance_work_mem)
     seconds = time.perf_counter() - started
@@ -494,8 +494,7 @@ def backfill(
         if state != "building":
             report.seconds = time.perf_counter() - started
             return report
-        table = version_table(conn, version).as_string(conn)
-        target = LiveVersion(version, model, spec, chunker_version, storage_, dims, table_name=table)
+        target = LiveVersion(version, model, spec, chunker_version, storage_, dims, chunk_table=row.chunk_table)
         target._embedder = embedder
         target.chunker  # noqa: B018 - refuse a mismatched chunker before any work
         progress = progress or Progress("backfill", unit="chunks", quiet=True)

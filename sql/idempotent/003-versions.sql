@@ -1,7 +1,8 @@
 -- Versions: creating chunks_vN tables, their HNSW index and security, and the state machine.
 SET LOCAL ROLE toolkit_owner;
 
--- Returns the name of a version's chunk table (chunks_vN); it is always quoted with %I when used.
+-- Returns the bare name of a version's chunk table (chunks_vN): what the names derived from it (its indexes) start
+-- with. A statement names the table itself with toolkit._chunk_table below, never with this.
 CREATE OR REPLACE FUNCTION toolkit._version_table(version integer)
 RETURNS text
 LANGUAGE sql
@@ -10,6 +11,19 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT 'chunks_v' || version::text
+$$;
+
+-- Returns a version's chunk table, schema-qualified and quoted (toolkit.chunks_vN): the one way every routine, and
+-- Python (toolkit.live_versions().chunk_table, a version's row), names it; put into a statement with %s, or cast
+-- to regclass.
+CREATE OR REPLACE FUNCTION toolkit._chunk_table(target integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'toolkit.' || quote_ident(toolkit._version_table(target))
 $$;
 
 -- Returns the schema that holds the vector extension's types and operator classes (quoted).
@@ -106,7 +120,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
+    tbl regclass := toolkit._chunk_table(target)::regclass;
 BEGIN
     PERFORM toolkit._secure_tenant_table(tbl);
     PERFORM toolkit._secure_access_labels(tbl);
@@ -132,7 +146,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tbl regclass := format('toolkit.%I', toolkit._version_table(target))::regclass;
+    tbl regclass := toolkit._chunk_table(target)::regclass;
 BEGIN
     EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
     EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_deployer', tbl);
@@ -269,9 +283,9 @@ BEGIN
     )
     RETURNING v.version INTO new_version;
 
-    tbl := toolkit._version_table(new_version);
+    tbl := toolkit._chunk_table(new_version);
     EXECUTE format(
-        'CREATE TABLE toolkit.%I ('
+        'CREATE TABLE %s ('
         '  tenant text NOT NULL,'
         '  chunk_id text NOT NULL,'
         '  doc_id text NOT NULL,'
@@ -296,20 +310,20 @@ BEGIN
     -- pgvector's types default to out-of-line (TOAST) storage; a vector that fits comfortably in a page is
     -- kept in the row instead, which measured ~3x faster for exact scans and faster HNSW builds at 384 dims.
     IF (CASE storage WHEN 'vector' THEN 4 ELSE 2 END) * dims <= 6000 THEN
-        EXECUTE format('ALTER TABLE toolkit.%I ALTER COLUMN embedding SET STORAGE PLAIN', tbl);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN embedding SET STORAGE PLAIN', tbl);
     END IF;
     -- A row past the 2 kB TOAST threshold (a 384-dimension one with its tsvector already is) has its widest
     -- values compressed, then moved out of line. A tsvector barely compresses (none of 96k was kept compressed
     -- in bench/ingest.py): store it out of line without trying (binary COPY 1-4% faster in 4 paired runs).
-    EXECUTE format('ALTER TABLE toolkit.%I ALTER COLUMN fts SET STORAGE EXTERNAL', tbl);
-    EXECUTE format('CREATE INDEX %I ON toolkit.%I (tenant, doc_id)', tbl || '_doc_idx', tbl);
-    EXECUTE format('CREATE INDEX %I ON toolkit.%I USING gin (fts)', tbl || '_fts_idx', tbl);
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN fts SET STORAGE EXTERNAL', tbl);
+    EXECUTE format('CREATE INDEX %I ON %s (tenant, doc_id)', toolkit._version_table(new_version) || '_doc_idx', tbl);
+    EXECUTE format('CREATE INDEX %I ON %s USING gin (fts)', toolkit._version_table(new_version) || '_fts_idx', tbl);
     -- The backfill work queue: rows still waiting for an embedding, claimed shortest first, so a batch holds
     -- texts of similar length (a transformer pads every text of a batch to its longest).
     EXECUTE format(
-        'CREATE INDEX %I ON toolkit.%I (token_count, tenant, chunk_id) WHERE embedding IS NULL AND NOT is_parent',
-        tbl || '_pending_idx', tbl);
-    EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', tbl,
+        'CREATE INDEX %I ON %s (token_count, tenant, chunk_id) WHERE embedding IS NULL AND NOT is_parent',
+        toolkit._version_table(new_version) || '_pending_idx', tbl);
+    EXECUTE format('COMMENT ON TABLE %s IS %L', tbl,
         format('Chunks of version %s: model %s, chunker %s, %s(%s).',
             new_version, m.alias, chunker_version, storage, dims));
     -- Full-text postings and statistics, kept by triggers (011-lexical.sql).
@@ -350,11 +364,11 @@ BEGIN
     idx := toolkit._version_table(target) || '_embedding_idx';
     -- SHARE ROW EXCLUSIVE conflicts with itself: two backfills finishing together build the index once (writes
     -- wait either way: CREATE INDEX takes SHARE).
-    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass,
+    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass,
         'SHARE ROW EXCLUSIVE', format('building the HNSW index of version %s', target), '1h');
     EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON toolkit.%I USING hnsw (embedding %s.%s) WITH (m = %s, ef_construction = %s)',
-        idx, toolkit._version_table(target), toolkit._vector_schema(), toolkit._version_opclass(v.storage, v.distance),
+        'CREATE INDEX IF NOT EXISTS %I ON %s USING hnsw (embedding %s.%s) WITH (m = %s, ef_construction = %s)',
+        idx, toolkit._chunk_table(target), toolkit._vector_schema(), toolkit._version_opclass(v.storage, v.distance),
         v.hnsw_m, v.hnsw_ef_construction);
     RETURN idx;
 END
@@ -372,7 +386,7 @@ AS $$
     FROM pg_catalog.pg_index AS i
     INNER JOIN pg_catalog.pg_class AS c ON i.indexrelid = c.oid
     INNER JOIN pg_catalog.pg_am AS am ON c.relam = am.oid
-    WHERE i.indrelid = to_regclass(format('toolkit.%I', toolkit._version_table(target)))
+    WHERE i.indrelid = to_regclass(toolkit._chunk_table(target))
         AND am.amname = 'hnsw'
 $$;
 
@@ -405,8 +419,8 @@ AS $$
 DECLARE
     pending bigint;
 BEGIN
-    EXECUTE format('SELECT count(*) FROM toolkit.%I WHERE embedding IS NULL AND NOT is_parent',
-        toolkit._version_table(target)) INTO pending;
+    EXECUTE format('SELECT count(*) FROM %s WHERE embedding IS NULL AND NOT is_parent',
+        toolkit._chunk_table(target)) INTO pending;
     RETURN pending;
 END
 $$;
@@ -422,10 +436,10 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT format(
-        '(NOT EXISTS (SELECT FROM toolkit.%1$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)'
-        ' OR (d.tenant, d.doc_id) IN (SELECT p.tenant, p.doc_id FROM toolkit.%1$I AS p'
+        '(NOT EXISTS (SELECT FROM %1$s AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)'
+        ' OR (d.tenant, d.doc_id) IN (SELECT p.tenant, p.doc_id FROM %1$s AS p'
         ' WHERE p.embedding IS NULL AND NOT p.is_parent))',
-        toolkit._version_table(target))
+        toolkit._chunk_table(target))
 $$;
 
 -- Counts the documents a backfill of the version still has to write, and the bytes of their raw text.
@@ -476,11 +490,11 @@ BEGIN
     -- A new statement, so a new snapshot: what committed before the locks were taken is seen now.
     RETURN QUERY EXECUTE format(
         'SELECT d.tenant, d.doc_id, CASE WHEN %1$s THEN d.raw_text END, d.access_labels,'
-        ' EXISTS (SELECT FROM toolkit.%2$I AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id),'
+        ' EXISTS (SELECT FROM %2$s AS c WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id),'
         ' d.metadata -> ''pages'''
         ' FROM unnest($1, $2) AS k (tenant, doc_id)'
         ' INNER JOIN toolkit.documents AS d ON d.tenant = k.tenant AND d.doc_id = k.doc_id'
-        ' ORDER BY d.tenant, d.doc_id', condition, toolkit._version_table(target))
+        ' ORDER BY d.tenant, d.doc_id', condition, toolkit._chunk_table(target))
         USING tenants, doc_ids;
 END
 $$;
@@ -506,7 +520,7 @@ BEGIN
     END IF;
     -- SHARE waits for every transaction still writing rows to the table (a backfill's chunk batch may write
     -- rows without embeddings) and keeps new ones out until this transaction ends.
-    PERFORM toolkit._take_lock(format('toolkit.%I', toolkit._version_table(target))::regclass, 'SHARE',
+    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass, 'SHARE',
         format('marking version %s ready', target));
     PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);
@@ -595,7 +609,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT v.version, v.model_alias, v.chunker_spec, v.chunker_version, v.storage, v.dimensions,
-        format('toolkit.%I', toolkit._version_table(v.version))
+        toolkit._chunk_table(v.version)
     FROM toolkit.versions AS v
     WHERE v.state = ANY (toolkit.version_states('live'))
     ORDER BY v.version

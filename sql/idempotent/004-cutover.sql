@@ -82,9 +82,9 @@ BEGIN
         description := format('Active version %s: model %s, chunker %s.', v.version, v.model_alias, v.chunker_version);
         body := format(
             'SELECT %s::integer AS version, %L::text AS model_alias, %L::text AS chunker_version, %s,'
-            ' c.embedding::%s.%s AS embedding, c.fts, c.pages FROM toolkit.%I AS c',
+            ' c.embedding::%s.%s AS embedding, c.fts, c.pages FROM %s AS c',
             v.version, v.model_alias, v.chunker_version, toolkit._chunk_view_columns(), toolkit._vector_schema(),
-            v.storage, toolkit._version_table(v.version));
+            v.storage, toolkit._chunk_table(v.version));
     END IF;
 
     SELECT t.typname INTO existing
@@ -126,12 +126,12 @@ DECLARE
 BEGIN
     SELECT string_agg(format(
             'SELECT %s::integer AS version, %L::text AS model_alias, %L::text AS chunker_version, %s, %s AS embedding,'
-            ' %s AS embedding_halfvec, c.fts, c.pages FROM toolkit.%I AS c',
+            ' %s AS embedding_halfvec, c.fts, c.pages FROM %s AS c',
             v.version, v.model_alias, v.chunker_version, toolkit._chunk_view_columns(),
             CASE v.storage WHEN 'vector' THEN format('c.embedding::%s.vector', vs) ELSE format('NULL::%s.vector', vs) END,
             CASE v.storage WHEN 'halfvec' THEN format('c.embedding::%s.halfvec', vs)
                 ELSE format('NULL::%s.halfvec', vs) END,
-            toolkit._version_table(v.version)), ' UNION ALL ' ORDER BY v.version),
+            toolkit._chunk_table(v.version)), ' UNION ALL ' ORDER BY v.version),
         string_agg(v.version::text, ', ' ORDER BY v.version)
     INTO body, listed
     FROM toolkit.versions AS v
@@ -380,7 +380,7 @@ BEGIN
     protected := EXISTS (SELECT FROM toolkit.protected_standby() AS p WHERE p.version = target);
     PERFORM toolkit._set_version_state(target, 'retired');
     PERFORM toolkit._replace_live_view();
-    EXECUTE format('DROP TABLE IF EXISTS toolkit.%I', toolkit._version_table(target));
+    EXECUTE format('DROP TABLE IF EXISTS %s', toolkit._chunk_table(target));
     PERFORM toolkit._drop_text_postings(target);
     INSERT INTO toolkit.cutovers AS c (action, from_version, reason, forced)
     VALUES ('retire', target, reason, protected)
@@ -418,8 +418,8 @@ BEGIN
         ORDER BY x.version
     LOOP
         IF v.state = 'building' THEN
-            EXECUTE format('SELECT max(updated_at) >= clock_timestamp() - $1 FROM toolkit.%I',
-                toolkit._version_table(v.version)) INTO recent USING older_than;
+            EXECUTE format('SELECT max(updated_at) >= clock_timestamp() - $1 FROM %s',
+                toolkit._chunk_table(v.version)) INTO recent USING older_than;
             CONTINUE WHEN recent;
         END IF;
         version := v.version;
@@ -527,8 +527,8 @@ BEGIN
             SELECT p.documents INTO pending_documents FROM toolkit.version_pending_documents(v.version) AS p;
             EXECUTE format(
                 'SELECT count(*), count(*) FILTER (WHERE embedding IS NULL AND NOT is_parent),'
-                ' count(DISTINCT (tenant, doc_id)), count(DISTINCT tenant) FROM toolkit.%I',
-                toolkit._version_table(v.version)) INTO total_rows, pending_rows, documents, tenants;
+                ' count(DISTINCT (tenant, doc_id)), count(DISTINCT tenant) FROM %s',
+                toolkit._chunk_table(v.version)) INTO total_rows, pending_rows, documents, tenants;
             index_valid := toolkit.version_index_valid(v.version);
         END IF;
         serving := CASE

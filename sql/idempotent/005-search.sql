@@ -17,7 +17,8 @@ SELECT vector_dims('[1]'::vector) AS library_loaded;
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
 -- or standby), whatever a cutover does meanwhile; an unpinned search reads the active version. Refuses a query vector
 -- that cannot belong to the version: TK002 (retry: re-read serving_model, embed again) for a pinned search whose
--- version is no longer servable or whose dimensions differ, TK001 for an unpinned one.
+-- version is no longer servable or whose dimensions differ, TK001 for an unpinned one. chunk_table is
+-- toolkit._chunk_table's (qualified and quoted: a statement takes it with %s).
 -- Definer: reads the versions table, which an application may not read.
 CREATE OR REPLACE FUNCTION toolkit._search_target(query_embedding vector, declared_model text, declared_version integer)
 RETURNS TABLE (
@@ -89,7 +90,7 @@ BEGIN
         END IF;
     END IF;
     -- The distance expression as the version's HNSW index is defined, so the planner can use it.
-    RETURN QUERY SELECT v.version, v.model_alias, v.distance, v.text_search_config, toolkit._version_table(v.version),
+    RETURN QUERY SELECT v.version, v.model_alias, v.distance, v.text_search_config, toolkit._chunk_table(v.version),
         format('c.embedding OPERATOR(%1$s.%2$s) $1::%1$s.%3$s', toolkit._vector_schema(),
             toolkit._distance_operator(v.distance), v.storage);
 END
@@ -399,7 +400,8 @@ $$;
 -- Called by a search with a heading_prefix filter that found nothing: when none of the tenant's chunks in the
 -- version has a heading path (its chunker records none: fixed, sentence, recursive, semantic…), the filter could
 -- never match, and an empty answer would hide the mistake; raise, naming the version and its chunker. Asked only
--- after an empty filtered search, so no other search pays for it.
+-- after an empty filtered search, so no other search pays for it. chunk_table is _search_target's (the cast to
+-- regclass refuses anything that is not a table's name).
 CREATE OR REPLACE FUNCTION toolkit._heading_filter_unmatchable(version integer, chunk_table text, tenant text)
 RETURNS void
 LANGUAGE plpgsql
@@ -411,8 +413,8 @@ DECLARE
     any_heading boolean;
 BEGIN
     EXECUTE format(
-        'SELECT EXISTS (SELECT FROM toolkit.%I AS c WHERE c.tenant = $1 AND cardinality(c.heading_path) > 0)',
-        chunk_table)
+        'SELECT EXISTS (SELECT FROM %s AS c WHERE c.tenant = $1 AND cardinality(c.heading_path) > 0)',
+        chunk_table::regclass)
     INTO any_heading USING tenant;
     IF NOT any_heading THEN
         RAISE EXCEPTION 'version % (chunker %) stores no heading paths for tenant %, so heading_prefix matches nothing',
@@ -542,7 +544,7 @@ BEGIN
     -- several equally distant rows make the k is decided, not left to the scan.
     nearest_sql := format(
         'SELECT %1$s AS distance, %3$s AS similarity, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-        ' c.end_offset, c.heading_path, c.text, c.pages%4$s FROM toolkit.%2$I AS c'
+        ' c.end_offset, c.heading_path, c.text, c.pages%4$s FROM %2$s AS c'
         ' WHERE c.tenant = $3 AND NOT c.is_parent AND %5$s'
         ' ORDER BY %1$s, c.chunk_id LIMIT $14',
         target.distance_sql, target.chunk_table,

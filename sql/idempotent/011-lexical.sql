@@ -302,16 +302,16 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    chunks text := toolkit._version_table(target);
+    chunks text := toolkit._chunk_table(target);
     terms text := toolkit._terms_table(target);
     stats text := toolkit._term_stats_table(target);
 BEGIN
-    IF to_regclass(format('toolkit.%I', chunks)) IS NULL THEN
+    IF to_regclass(chunks) IS NULL THEN
         RETURN;
     END IF;
     IF to_regclass(format('toolkit.%I', terms)) IS NULL OR to_regclass(format('toolkit.%I', stats)) IS NULL THEN
         -- Writers wait while the postings are filled, so none of their rows is missed.
-        PERFORM toolkit._take_lock(format('toolkit.%I', chunks)::regclass, 'SHARE',
+        PERFORM toolkit._take_lock(chunks::regclass, 'SHARE',
             format('building the full-text postings of version %s', target), '1h');
         EXECUTE format('DROP TABLE IF EXISTS toolkit.%I, toolkit.%I', terms, stats);
         EXECUTE format(
@@ -341,7 +341,7 @@ BEGIN
         EXECUTE format(
             'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
             ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
-            ' FROM toolkit.%I AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
+            ' FROM %s AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
         -- The key's index built after the rows (a sort, not one insertion per row).
         EXECUTE format(
             'ALTER TABLE toolkit.%I ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
@@ -350,27 +350,27 @@ BEGIN
             'INSERT INTO toolkit.%I (tenant, access_labels, lexeme, df, tokens)'
             ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM toolkit.%I AS t GROUP BY 1, 2, 3'
             ' UNION ALL SELECT c.tenant, c.access_labels, '''', count(*), sum(c.token_count)'
-            ' FROM toolkit.%I AS c WHERE NOT c.is_parent GROUP BY 1, 2', stats, terms, chunks);
+            ' FROM %s AS c WHERE NOT c.is_parent GROUP BY 1, 2', stats, terms, chunks);
         EXECUTE format('ANALYZE toolkit.%I', terms);
         EXECUTE format('ANALYZE toolkit.%I', stats);
         PERFORM toolkit._secure_text_postings(target);
     END IF;
     IF EXISTS (
         SELECT FROM pg_catalog.pg_trigger AS t
-        WHERE t.tgrelid = format('toolkit.%I', chunks)::regclass AND t.tgname = 'text_postings_update'
+        WHERE t.tgrelid = chunks::regclass AND t.tgname = 'text_postings_update'
     ) THEN
         RETURN;
     END IF;
     EXECUTE format(
-        'CREATE OR REPLACE TRIGGER text_postings_insert AFTER INSERT ON toolkit.%I'
+        'CREATE OR REPLACE TRIGGER text_postings_insert AFTER INSERT ON %s'
         ' REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION toolkit._text_postings_trigger(%s)',
         chunks, target);
     EXECUTE format(
-        'CREATE OR REPLACE TRIGGER text_postings_delete AFTER DELETE ON toolkit.%I'
+        'CREATE OR REPLACE TRIGGER text_postings_delete AFTER DELETE ON %s'
         ' REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION toolkit._text_postings_trigger(%s)',
         chunks, target);
     EXECUTE format(
-        'CREATE OR REPLACE TRIGGER text_postings_update AFTER UPDATE ON toolkit.%I'
+        'CREATE OR REPLACE TRIGGER text_postings_update AFTER UPDATE ON %s'
         ' REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT'
         ' EXECUTE FUNCTION toolkit._text_postings_trigger(%s)', chunks, target);
 END

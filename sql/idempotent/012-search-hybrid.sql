@@ -146,7 +146,7 @@ BEGIN
     ELSE
         vector_sql := format(
             'SELECT h.chunk_id, row_number() OVER (ORDER BY h.distance, h.chunk_id) AS r, h.distance'
-            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM toolkit.%2$I AS c'
+            ' FROM (SELECT c.chunk_id, %1$s AS distance FROM %2$s AS c'
             '  WHERE c.tenant = $3 AND NOT c.is_parent AND %3$s'
             '  ORDER BY %1$s, c.chunk_id LIMIT $14) AS h',
             target.distance_sql, target.chunk_table, toolkit._search_filter_condition());
@@ -175,14 +175,14 @@ BEGIN
             ' SELECT (row_number() OVER (ORDER BY x.score DESC, least(x.vector_rank, x.text_rank), x.chunk_id))::integer,'
             '  x.score, x.vector_rank::integer, x.text_rank::integer, x.distance, c.chunk_id, c.doc_id, c.parent_id,'
             '  c.position, c.start_offset, c.end_offset, c.heading_path, c.text, $4, $15, c.pages%8$s'
-            ' FROM fused AS x INNER JOIN toolkit.%3$I AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
+            ' FROM fused AS x INNER JOIN %3$s AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' WHERE ($26::float8 IS NULL OR %7$s >= $26)'
             ' ORDER BY 1',
             vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
             CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
                     f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
-                ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN toolkit.%I AS c'
+                ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN %s AS c'
                     ' ON c.tenant = $3 AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent AND %s', target.chunk_table,
                     toolkit._search_filter_condition()) END,
             -- The cosine similarity to the query (min_score, MMR's relevance), computed only when an option asks.
@@ -292,14 +292,14 @@ BEGIN
             ' coalesce(p.text, h.text) AS body,'
             ' CASE WHEN p.chunk_id IS NULL THEN ''chunk'' ELSE ''parent'' END AS kind,'
             ' CASE WHEN p.chunk_id IS NULL THEN h.pages ELSE p.pages END AS pages'
-            ' FROM hits AS h LEFT JOIN toolkit.%I AS p'
+            ' FROM hits AS h LEFT JOIN %s AS p'
             '  ON p.tenant = $3 AND p.chunk_id = h.parent_id AND p.doc_id = h.doc_id AND p.is_parent',
             target.chunk_table);
     ELSE
         pieces_sql := format(
             'SELECT h.rank AS hit_rank, h.doc_id, w.chunk_id AS piece_id, w.start_offset AS s,'
             ' w.end_offset AS e, w.text AS body, ''window'' AS kind, w.pages'
-            ' FROM hits AS h INNER JOIN toolkit.%I AS w'
+            ' FROM hits AS h INNER JOIN %s AS w'
             '  ON w.tenant = $3 AND w.doc_id = h.doc_id AND NOT w.is_parent'
             '  AND w.position BETWEEN h.position - $7 AND h.position + $7',
             target.chunk_table);
@@ -493,7 +493,7 @@ BEGIN
             ' h.text, h.pages, c.token_count'
             ' FROM toolkit.hybrid_search_chunks($1, $2, $3, $4, query_version => $5, min_score => $7,'
             '  diversity => $8) AS h'
-            ' INNER JOIN toolkit.%I AS c ON c.tenant = $6 AND c.chunk_id = h.chunk_id'
+            ' INNER JOIN %s AS c ON c.tenant = $6 AND c.chunk_id = h.chunk_id'
             ' ORDER BY h.rank', target.chunk_table)
             USING query_text, query_embedding, least(k * settings.hits_per_passage, toolkit.search_max_k()), filters,
                 target.version, search_tenant, min_score, diversity

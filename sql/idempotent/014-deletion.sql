@@ -60,13 +60,13 @@ BEGIN
     relation := 'documents'; version := NULL; removed := n; RETURN NEXT;
     counts := counts || jsonb_build_object('documents', n);
 
-    FOR v IN SELECT l.version FROM toolkit.live_versions() AS l ORDER BY 1 LOOP
+    FOR v IN SELECT l.version, l.chunk_table FROM toolkit.live_versions() AS l ORDER BY 1 LOOP
         IF dry_run THEN
-            EXECUTE format('SELECT count(*) FROM toolkit.%I WHERE tenant = $1 AND doc_id = ANY ($2)',
-                toolkit._version_table(v.version)) INTO n USING target, ids;
+            EXECUTE format('SELECT count(*) FROM %s WHERE tenant = $1 AND doc_id = ANY ($2)',
+                v.chunk_table) INTO n USING target, ids;
         ELSE
-            EXECUTE format('DELETE FROM toolkit.%I WHERE tenant = $1 AND doc_id = ANY ($2)',
-                toolkit._version_table(v.version)) USING target, ids;
+            EXECUTE format('DELETE FROM %s WHERE tenant = $1 AND doc_id = ANY ($2)',
+                v.chunk_table) USING target, ids;
             GET DIAGNOSTICS n = ROW_COUNT;
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
@@ -133,12 +133,11 @@ BEGIN
     counts := counts || jsonb_build_object('documents', n);
     total := total + n;
 
-    FOR v IN SELECT l.version FROM toolkit.live_versions() AS l ORDER BY 1 LOOP
+    FOR v IN SELECT l.version, l.chunk_table FROM toolkit.live_versions() AS l ORDER BY 1 LOOP
         IF dry_run THEN
-            EXECUTE format('SELECT count(*) FROM toolkit.%I WHERE tenant = $1', toolkit._version_table(v.version))
-                INTO n USING target;
+            EXECUTE format('SELECT count(*) FROM %s WHERE tenant = $1', v.chunk_table) INTO n USING target;
         ELSE
-            EXECUTE format('DELETE FROM toolkit.%I WHERE tenant = $1', toolkit._version_table(v.version)) USING target;
+            EXECUTE format('DELETE FROM %s WHERE tenant = $1', v.chunk_table) USING target;
             GET DIAGNOSTICS n = ROW_COUNT;
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;

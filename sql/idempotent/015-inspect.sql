@@ -11,7 +11,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    tbl regclass := to_regclass(format('toolkit.%I', toolkit._version_table(target)));
+    tbl regclass := to_regclass(toolkit._chunk_table(target));
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'version % has no chunks to show: it is retired or does not exist', target

@@ -80,7 +80,12 @@ GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, to
 GRANT SELECT (tenant, doc_id, title, raw_text, metadata, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
 GRANT SELECT ON toolkit.document_metadata_keys TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What a version holds (toolkit show, toolkit diff), read as the caller: row-level security applies.
-GRANT EXECUTE ON FUNCTION toolkit._version_table, toolkit._live_version_table, toolkit.version_documents, toolkit.version_chunks
+GRANT EXECUTE ON FUNCTION
+toolkit._version_table,
+toolkit._chunk_table,
+toolkit._live_version_table,
+toolkit.version_documents,
+toolkit.version_chunks
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- What an application needs of the registry to embed a question the way the chunks were embedded (it holds no
 -- secrets: the trigger refuses them); not the price.
@@ -109,6 +114,7 @@ toolkit.lock_version_set,
 toolkit.lock_documents,
 toolkit._lock_holders,
 toolkit._version_table,
+toolkit._chunk_table,
 toolkit.register_model,
 toolkit.version_status,
 toolkit.version_evaluation_current,
@@ -148,6 +154,7 @@ toolkit.prune_query_log,
 toolkit.register_model,
 toolkit._lock_holders,
 toolkit._version_table,
+toolkit._chunk_table,
 toolkit.version_states
 TO toolkit_deployer;
 -- Erasing a tenant (every version, the query log, its bindings; audited), and reading the log of deletions.

@@ -30,6 +30,10 @@ def refuse_data_loss(
     for table in tables:
         if connection.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
             counts[table] = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # our own names
+    # The chunk tables' names as the schema being downgraded says them. Not toolkit._chunk_table (the one name
+    # everything else asks): a downgrade runs against the schemas of older revisions too, and releases before 0005
+    # do not have it; _version_table is in every one, so its qualified form is spelled here, the one copy outside
+    # sql/ (tests/test_single_source.py allows it in this file only).
     names_versions = connection.execute(
         "SELECT to_regclass('toolkit.versions') IS NOT NULL"
         " AND to_regprocedure('toolkit._version_table(integer)') IS NOT NULL"

@@ -1,6 +1,6 @@
 """The chunk tables (one ``chunks_vN`` per version), as Python writes them: the live versions with their chunker and
 embedder, a chunk as a row, binary COPY into a version (through row-level security for roles it applies to), and the
-vectors a version already stores. SQL owns the tables' names (``toolkit._version_table``) and columns
+vectors a version already stores. SQL owns the tables' names (``toolkit._chunk_table``) and columns
 (``toolkit.create_version``'s CREATE TABLE; tests/test_single_source.py keeps CHUNK_COLUMNS and the COPY types
 equal to a created table's, in both storages)."""
 
@@ -53,19 +53,12 @@ _COPY_TYPES = [
 ]
 
 
-_TABLES: dict[int, str] = {}
-
-
-def version_table(conn: psycopg.Connection, version: int) -> sql.Composable:
-    """A version's chunk table, schema-qualified and quoted, as SQL names it (``toolkit._version_table``, an
-    IMMUTABLE function: asked once per version and process)."""
-    name = _TABLES.get(int(version))
-    if name is None:
-        with conn.transaction():
-            query = "SELECT format('toolkit.%%I', toolkit._version_table(%s))"
-            name = conn.execute(query, (int(version),)).fetchone()[0]
-        _TABLES[int(version)] = name
-    return sql.SQL(name)
+def chunk_table_name(conn: psycopg.Connection, version: int) -> sql.Composable:
+    """A version's chunk table, schema-qualified and quoted, as SQL names it (``toolkit._chunk_table``), for a
+    caller that has only the version's number: one statement. A row that describes a version carries it already
+    (``LiveVersion.chunk_table``, ``store.versions.VersionRow.chunk_table``): a loop reads it once, from the row."""
+    with conn.transaction():
+        return sql.SQL(conn.execute("SELECT toolkit._chunk_table(%s)", (int(version),)).fetchone()[0])
 
 
 @dataclass
@@ -81,7 +74,7 @@ class LiveVersion:
     _chunker: object = None
     _embedder: object = None
 
-    table_name: str = ""  # the version's table, quoted, as SQL names it (toolkit.live_versions().chunk_table)
+    chunk_table: str = ""  # the version's table, qualified and quoted, as SQL names it (toolkit._chunk_table)
     # Ingest writes this version's new rows without embeddings, for its backfill (toolkit.embedding_deferred).
     embedding_deferred: bool = False
     # Still being built: ingest defers to its backfill what it cannot embed into it (a model that fails here).
@@ -89,9 +82,9 @@ class LiveVersion:
 
     @property
     def table(self) -> sql.Composable:
-        if not self.table_name:
-            raise StateError(f"Version {self.version}'s table was not read from the database (toolkit.live_versions).")
-        return sql.SQL(self.table_name)
+        if not self.chunk_table:
+            raise StateError(f"Version {self.version}'s table was not read from the database (toolkit._chunk_table).")
+        return sql.SQL(self.chunk_table)
 
     @property
     def chunker(self):
@@ -141,7 +134,7 @@ def live_versions(conn: psycopg.Connection) -> list[LiveVersion]:
             cv,
             storage,
             dims,
-            table_name=table,
+            chunk_table=table,
             embedding_deferred=deferred,
             building=bool(building),
         )

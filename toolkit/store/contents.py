@@ -10,7 +10,6 @@ import psycopg
 from psycopg.rows import class_row
 
 from toolkit.db.connection import translate_errors
-from toolkit.store.chunk_table import version_table
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,11 @@ class StoredChunk:
 def stored_chunks(conn: psycopg.Connection, version: int, tenant: str) -> tuple[list[StoredChunk], int]:
     """A tenant's rows of a version, in reading order (row-level security: the tenant's own rows), and how many of its
     chunks (parents aside) still wait for an embedding."""
-    table = version_table(conn, version)
     with conn.transaction(force_rollback=True):
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        # The table's name in the statement that sets the tenant: no round trip of its own.
+        table = psycopg.sql.SQL(
+            conn.execute("SELECT toolkit._chunk_table(%s), toolkit.set_tenant(%s)", (version, tenant)).fetchone()[0]
+        )
         rows = conn.execute(
             psycopg.sql.SQL(
                 "SELECT chunk_id, doc_id, parent_id, is_parent, start_offset, end_offset, heading_path, text,"

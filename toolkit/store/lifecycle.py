@@ -15,7 +15,7 @@ from psycopg.rows import class_row
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, StateError
-from toolkit.store.chunk_table import version_table
+from toolkit.store.chunk_table import chunk_table_name
 
 # What a cutover, rollback or retirement must lock besides the toolkit's own (private) lock tables.
 _SWAPPED = ("toolkit.active_chunks", "toolkit.live_chunks")
@@ -89,7 +89,7 @@ def retire_version(conn: psycopg.Connection, version: int, *, reason: str | None
     rollback window needs ``force`` (SQL refuses it otherwise). A version in a state SQL does not retire from
     (``toolkit.version_states('retire')``: already retired, say) is refused, not audited again."""
     check_retirable(conn, version)
-    table = version_table(conn, version).as_string(conn)
+    table = chunk_table_name(conn, version).as_string(conn)
     return _swap(
         conn, "SELECT toolkit.retire_version(%s, %s, %s)", (version, reason, force), 1000, 5, (*_SWAPPED, table)
     )

@@ -187,7 +187,8 @@ def resolve_version(
 
 @dataclass(frozen=True)
 class VersionRow:
-    """What a backfill reads of a version's registry row."""
+    """What a backfill reads of a version's registry row, and its chunk table as SQL names it
+    (``toolkit._chunk_table``: qualified and quoted)."""
 
     version: int
     model_alias: str
@@ -196,6 +197,7 @@ class VersionRow:
     storage: str
     dimensions: int
     state: str
+    chunk_table: str
 
 
 def version_row(conn: psycopg.Connection, version: int) -> VersionRow | None:
@@ -203,8 +205,8 @@ def version_row(conn: psycopg.Connection, version: int) -> VersionRow | None:
         return (
             conn.cursor(row_factory=class_row(VersionRow))
             .execute(
-                "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, state"
-                " FROM toolkit.versions WHERE version = %s",
+                "SELECT version, model_alias, chunker_spec, chunker_version, storage, dimensions, state,"
+                " toolkit._chunk_table(version) AS chunk_table FROM toolkit.versions WHERE version = %s",
                 (version,),
             )
             .fetchone()
@@ -224,12 +226,10 @@ def pending_documents(conn: psycopg.Connection, version: int) -> tuple[int, int]
         return tuple(conn.execute("SELECT * FROM toolkit.version_pending_documents(%s)", (version,)).fetchone())
 
 
-def analyze_version(conn: psycopg.Connection, version: int) -> None:
-    """ANALYZE the version's table (after a load, so the planner knows it)."""
-    from toolkit.store.chunk_table import version_table
-
+def analyze_version(conn: psycopg.Connection, chunk_table: str) -> None:
+    """ANALYZE a version's table (``VersionRow.chunk_table``), after a load, so the planner knows it."""
     with conn.transaction():
-        conn.execute(psycopg.sql.SQL("ANALYZE {}").format(version_table(conn, version)))
+        conn.execute(psycopg.sql.SQL("ANALYZE {}").format(psycopg.sql.SQL(chunk_table)))
 
 
 def version_index_valid(conn: psycopg.Connection, version: int) -> bool:
