@@ -38,12 +38,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/sqlfluff lint sql --dialect postgres
 
-# The retrieval eval as a gate (toolkit/evaluation/gate.py): the bundled sample set with the baseline's configuration and
+# The eval baseline check (toolkit/evaluation/baseline.py): the bundled sample set with the baseline's configuration and
 # the default local model must stay within the tolerance of toolkit/data/sample/eval_baseline.json. Before pytest, so
 # that pytest's summary is the last line. pytest runs on two pytest-xdist workers, whole files each (measured against
 # one process in docs/benchmarks.md, "The test suite"); each worker starts its own embedded server.
 test: lint
-	$(BIN)/python -m toolkit.evaluation.gate
+	$(BIN)/python -m toolkit.evaluation.baseline
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The fast tier for contributors: every test that needs neither the database nor a real model (the unit tests and

@@ -167,7 +167,7 @@ def speed(repeats: int, limit: int) -> str:
 # -- retrieval quality ---------------------------------------------------------------------------------------------
 def quality() -> str:
     from toolkit.embedding import get_embedder
-    from toolkit.evaluation.gate import _lexical_database
+    from toolkit.evaluation.baseline import _lexical_database
     from toolkit.evaluation.offline import evaluate
     from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 

@@ -1,7 +1,7 @@
 """The chunker configuration the toolkit recommends for an embedding model's input limit, and the retrieval it is
 measured with: the frontier of the sweep in docs/evaluation.md (bench/quality.py), not a convention.
 
-`toolkit backfill` and `toolkit eval` use it when no chunker spec is given; a CI gate can ask for it too.
+`toolkit backfill` and `toolkit eval` use it when no chunker spec is given; a CI check can ask for it too.
 """
 
 from __future__ import annotations

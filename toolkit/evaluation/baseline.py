@@ -1,10 +1,11 @@
-"""The retrieval eval as a CI gate: `make test` evaluates the bundled sample set with the recommended chunker and
-the default local model, and fails when recall@k or span IoU falls more than a stated tolerance below the baseline
-committed in ``toolkit/data/sample/eval_baseline.json``.
+"""The eval baseline check: `make test` evaluates the bundled sample set with the recommended chunker and the default
+local model, and fails when recall@k or span IoU falls more than a stated tolerance below the baseline committed in
+``toolkit/data/sample/eval_baseline.json``. (Not `toolkit verify`'s gate, which keeps a candidate version that scores
+worse than the live one from going live: this check is about the toolkit's own chunking and retrieval code.)
 
-The baseline file holds the configuration too (``config``: one line to change, then a new baseline), so the gate
-always measures what the baseline was recorded with. Updating it (``python -m toolkit.evaluation.gate --update``) is a
-reviewed change with its figures in CHANGELOG.md. Everything is embedded once per run, in memory.
+The baseline file holds the configuration too (``config``: one line to change, then a new baseline), so the check
+always measures what the baseline was recorded with. Updating it (``python -m toolkit.evaluation.baseline --update``)
+is a reviewed change with its figures in CHANGELOG.md. Everything is embedded once per run, in memory.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ LABELS = {"recall": "recall@k", "span_iou": "span IoU"}
 
 @dataclass(frozen=True)
 class Baseline:
-    """What the gate measures and the figures it must keep (within ``tolerance``, absolute, per metric)."""
+    """What the check measures and the figures it must keep (within ``tolerance``, absolute, per metric)."""
 
     config: str
     model: str
@@ -44,7 +45,7 @@ class Baseline:
 
 
 @dataclass
-class GateResult:
+class CheckResult:
     passed: bool
     measured: dict[str, float]
     lines: list[str]
@@ -66,11 +67,11 @@ def load_baseline(path: Path = BASELINE_PATH) -> Baseline:
     except (OSError, ValueError, TypeError) as error:
         raise InputError(
             f"The eval baseline {path} cannot be read ({error}); restore it from git, or record one with "
-            "python -m toolkit.evaluation.gate --update."
+            "python -m toolkit.evaluation.baseline --update."
         ) from None
 
 
-def check(measured: dict[str, float], baseline: Baseline) -> GateResult:
+def check(measured: dict[str, float], baseline: Baseline) -> CheckResult:
     """Compares measured figures with the baseline: fails when one is lower by more than its tolerance."""
     lines, passed = [], True
     for metric in METRICS:
@@ -83,7 +84,7 @@ def check(measured: dict[str, float], baseline: Baseline) -> GateResult:
         elif -drop > allowed:
             verdict = "ok, above the baseline by more than the tolerance: record a new baseline (--update)"
         lines.append(f"{LABELS[metric]:<9} {value:.4f}  baseline {base:.4f} ± {allowed:.4f}  {verdict}")
-    return GateResult(passed, dict(measured), lines)
+    return CheckResult(passed, dict(measured), lines)
 
 
 @contextlib.contextmanager
@@ -92,7 +93,7 @@ def _lexical_database() -> Iterator:
     and retrieval settings make them the ones SQL serves); stopped and removed afterwards."""
     from toolkit.db import connection, migrate, server
 
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-eval-gate-"))
+    directory = Path(tempfile.mkdtemp(prefix="toolkit-eval-baseline-"))
     directory.chmod(0o755)  # as root, the server runs as another user that must reach it
     try:
         db = server.start_embedded(directory / "pg")
@@ -105,7 +106,7 @@ def _lexical_database() -> Iterator:
 
 
 def measure(config: str, model: str, k: int, retrieval: str = "vector") -> tuple[dict[str, float], dict]:
-    """Evaluates ``config`` on the sample set with ``model`` and ``retrieval``; returns the gated figures and what the
+    """Evaluates ``config`` on the sample set with ``model`` and ``retrieval``; returns the checked figures and what the
     reviewer of a new baseline wants to see beside them."""
     from toolkit.embedding import get_embedder
     from toolkit.evaluation.offline import evaluate
@@ -128,15 +129,15 @@ def measure(config: str, model: str, k: int, retrieval: str = "vector") -> tuple
     return measured, details
 
 
-def run_gate(baseline: Baseline, *, config: str | None = None) -> GateResult:
+def run_check(baseline: Baseline, *, config: str | None = None) -> CheckResult:
     """Measures the baseline's configuration (or ``config``, to see what another would do) and checks it."""
     if baseline.sample != sample_fingerprint():
-        return GateResult(
+        return CheckResult(
             False,
             {},
             [
                 "The sample documents or queries changed since the baseline was recorded, so its figures no longer "
-                "apply; record a new one with python -m toolkit.evaluation.gate --update and review the figures."
+                "apply; record a new one with python -m toolkit.evaluation.baseline --update and review the figures."
             ],
         )
     started = time.perf_counter()
@@ -161,7 +162,7 @@ def update_baseline(path: Path = BASELINE_PATH, *, config: str | None = None, re
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toolkit.evaluation.gate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m toolkit.evaluation.baseline", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", help="Evaluate this chunker spec instead of the baseline's (it must still pass).")
     parser.add_argument("--baseline", type=Path, default=BASELINE_PATH, help="The baseline file.")
     parser.add_argument("--update", action="store_true", help="Measure and write a new baseline (a reviewed change).")
@@ -170,22 +171,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.update:
             new = update_baseline(args.baseline, config=args.config, retrieval=args.retrieval)
-            print(f"eval gate: new baseline for {new.config} with {new.model}: {new.metrics} -> {args.baseline}")
+            print(f"eval baseline: new baseline for {new.config} with {new.model}: {new.metrics} -> {args.baseline}")
             return 0
         baseline = load_baseline(args.baseline)
         config = args.config or baseline.config
-        result = run_gate(baseline, config=args.config)
+        result = run_check(baseline, config=args.config)
     except ToolkitError as error:
-        print(f"eval gate: {error}", file=sys.stderr)
+        print(f"eval baseline: {error}", file=sys.stderr)
         return 1
     print(
-        f"eval gate: {config} with {baseline.model}, {baseline.retrieval} retrieval, k = {baseline.k}, on the bundled"
-        " sample set"
+        f"eval baseline: {config} with {baseline.model}, {baseline.retrieval} retrieval, k = {baseline.k}, on the"
+        " bundled sample set"
     )
     for line in result.lines:
         print(f"  {line}")
-    outcome = "passed" if result.passed else "FAILED (see docs/evaluation.md, The eval gate)"
-    print(f"eval gate: {outcome} in {result.seconds:.0f} s")
+    outcome = "passed" if result.passed else "FAILED (see docs/evaluation.md, The eval baseline check)"
+    print(f"eval baseline: {outcome} in {result.seconds:.0f} s")
     return 0 if result.passed else 1
 
 

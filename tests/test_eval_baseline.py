@@ -1,5 +1,5 @@
-"""The retrieval eval as a CI gate (toolkit.evaluation.gate, run by `make test` before pytest): the comparison with the
-committed baseline, a changed sample set, and a deliberately worse chunker failing the real gate."""
+"""The eval baseline check (toolkit.evaluation.baseline, run by `make test` before pytest): the comparison with the
+committed baseline, a changed sample set, and a deliberately worse chunker failing the real check."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from toolkit.chunking import get_chunker
-from toolkit.evaluation.gate import BASELINE_PATH, check, load_baseline, main, run_gate, sample_fingerprint
+from toolkit.evaluation.baseline import BASELINE_PATH, check, load_baseline, main, run_check, sample_fingerprint
 
 
 @pytest.fixture
@@ -51,11 +51,11 @@ def test_a_rise_past_the_tolerance_asks_for_a_new_baseline(baseline):
 
 
 def test_a_changed_sample_set_fails_with_what_to_do(baseline):
-    result = run_gate(dataclasses.replace(baseline, sample="0" * 64))
+    result = run_check(dataclasses.replace(baseline, sample="0" * 64))
     assert not result.passed
     assert result.lines == [
         "The sample documents or queries changed since the baseline was recorded, so its figures no longer "
-        "apply; record a new one with python -m toolkit.evaluation.gate --update and review the figures."
+        "apply; record a new one with python -m toolkit.evaluation.baseline --update and review the figures."
     ]
 
 
@@ -64,18 +64,18 @@ def test_an_unreadable_baseline_is_one_sentence_and_exit_1(tmp_path, capsys):
     path.write_text("{not json")
     assert main(["--baseline", str(path)]) == 1
     error = capsys.readouterr().err
-    assert error.startswith(f"eval gate: The eval baseline {path} cannot be read") and "--update" in error
+    assert error.startswith(f"eval baseline: The eval baseline {path} cannot be read") and "--update" in error
 
 
 @pytest.mark.slow
-def test_a_deliberately_worse_chunker_fails_the_gate():
+def test_a_deliberately_worse_chunker_fails_the_check():
     before = BASELINE_PATH.read_text()
-    # The real gate, as `make test` runs it, with 400-token fixed windows instead of the baseline's configuration:
+    # The real check, as `make test` runs it, with 400-token fixed windows instead of the baseline's configuration:
     # long chunks bury the answers in text that is not the answer, so span IoU falls far below the baseline (recall@5
     # alone would not see it: five long passages hold more answers whole).
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "toolkit.evaluation.gate", "--config", "fixed:400:0"],
+        [sys.executable, "-m", "toolkit.evaluation.baseline", "--config", "fixed:400:0"],
         capture_output=True,
         text=True,
         env=env,
@@ -84,5 +84,5 @@ def test_a_deliberately_worse_chunker_fails_the_gate():
     assert result.returncode == 1, result.stdout + result.stderr
     iou_line = next(line for line in result.stdout.splitlines() if "span IoU" in line)
     assert "FAIL" in iou_line and "below the baseline" in iou_line
-    assert "eval gate: FAILED" in result.stdout
+    assert "eval baseline: FAILED" in result.stdout
     assert BASELINE_PATH.read_text() == before  # the baseline was not touched
