@@ -258,9 +258,10 @@ def shadow_version(
     max_questions: int = MAX_LOGGED_QUESTIONS,
     progress: Progress | None = None,
 ) -> ShadowReport:
-    """``shadow`` of the version named by its model (and chunker) or its number (``toolkit.cutover.resolve_version``),
-    on the questions of ``queries_path`` (``questions_from_file``) or, without it, of the query log of the last
-    ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``, at most ``max_questions``)."""
+    """``shadow`` of the version named by its model (and chunker) or its number
+    (``toolkit.store.versions.resolve_version``), on the questions of ``queries_path`` (``questions_from_file``) or,
+    without it, of the query log of the last ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``,
+    at most ``max_questions``)."""
     from toolkit.store.versions import resolve_version
     from toolkit.validation import parse_duration
 

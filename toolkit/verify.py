@@ -252,7 +252,7 @@ def verify_version(
     **options,
 ) -> VerifyReport:
     """``verify`` of the version named by its model (and chunker) or its number, in a state that may be verified
-    (``toolkit.cutover.resolve_version``); ``options`` are ``verify``'s (k, tenant, min_recall, max_drop,
+    (``toolkit.store.versions.resolve_version``); ``options`` are ``verify``'s (k, tenant, min_recall, max_drop,
     min_queries)."""
     from toolkit.store.versions import resolve_version
 
