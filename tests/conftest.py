@@ -40,6 +40,16 @@ if "PYTEST_XDIST_WORKER" not in os.environ:
 # beside it in the other worker.
 _FIRST_FILES = ("tests/test_readme_lifecycle.py",)
 _AFTER_THE_E5_CHAPTERS = ("tests/test_shadow.py", "tests/test_demo.py")
+# Files of many short database tests that add up to 10-45 s (docs/benchmarks.md, "The test suite"): started with the
+# slow ones, so that neither worker is left with one of them at the end while the other waits.
+_LONG_FILES = (
+    "tests/test_retrieval_sql.py",
+    "tests/test_search.py",
+    "tests/test_python_api.py",
+    "tests/test_backfill.py",
+    "tests/test_standby.py",
+    "tests/test_serve.py",
+)
 
 
 def _docker_available() -> bool:
@@ -167,6 +177,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # pytest-xdist would otherwise hand out files by their number of tests (largest first), not in the order
+    # pytest_collection_modifyitems gives them: the slow files first, the README's lifecycle first of all.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     config.addinivalue_line(
         "markers", "database: uses a PostgreSQL server: the session's (marked by the fixture) or one it starts"
     )
@@ -190,7 +204,7 @@ def pytest_collection_modifyitems(config, items):
                 return 0
             if path in _AFTER_THE_E5_CHAPTERS:
                 return 2
-            return 1 if path in slow_files else 3
+            return 1 if path in slow_files or path in _LONG_FILES else 3
 
         items.sort(key=rank)
     else:
