@@ -178,6 +178,9 @@ class Served:
         )
         for old, new in wanted.items():
             body = body.replace(old, f"toolkit.{new}(").replace(old[len("toolkit.") : -1] + ".", new + ".")
+        # Then _search_target's chunk_table was the bare name, quoted in with %I; now it is qualified and quoted
+        # (toolkit._chunk_table), taken with %s. Every toolkit.%I of that release's search names it.
+        body = re.sub(r"toolkit\.%(\d+\$)?I", lambda m: f"%{m.group(1) or ''}s", body)
         schema = self.owner.execute("SELECT toolkit._vector_schema()").fetchone()[0]
         with self.owner.transaction():
             self.owner.execute(f"SET LOCAL search_path = {schema}, pg_catalog")
