@@ -223,7 +223,7 @@ def main() -> None:
     from toolkit.db.connection import connect
     from toolkit.db.server import start_embedded, stop_embedded
     from toolkit.embedding import get_embedder
-    from toolkit.evaluation.cache import EmbeddingCache, default_cache_dir
+    from toolkit.embedding.cache import EmbeddingCache, default_cache_dir
     from toolkit.evaluation.offline import evaluate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -73,7 +73,7 @@ def recall_by_kind(report, queries_path: Path) -> str:
 
 def main() -> None:
     from toolkit.embedding import get_embedder
-    from toolkit.evaluation.cache import EmbeddingCache, default_cache_dir
+    from toolkit.embedding.cache import EmbeddingCache, default_cache_dir
     from toolkit.evaluation.frontier import plot_frontier
     from toolkit.evaluation.offline import evaluate
     from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES

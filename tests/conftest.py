@@ -25,6 +25,22 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
+# One embedding cache for the whole run (toolkit.embedding.cache, TOOLKIT_EMBEDDING_CACHE): the real local models'
+# vectors of a text are computed once and read by every later test that embeds the same text with the same model,
+# in either pytest-xdist worker (the workers inherit this process's environment). Hashing and hosted models are
+# never cached (Embedder.disk_cached), so fault injection through them sees every request. A fresh directory per
+# run, removed at the end: nothing carries over between runs.
+_EMBEDDING_CACHE = None
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    _EMBEDDING_CACHE = tempfile.mkdtemp(prefix="toolkit-test-embeddings-")
+    os.environ["TOOLKIT_EMBEDDING_CACHE"] = _EMBEDDING_CACHE
+# The files that hold a slow test run first (see pytest_collection_modifyitems); of those, the README's lifecycle
+# first of all: it embeds three sample chapters with e5 (the slowest model here), and the files that embed some of
+# the same chunks with e5 come last among the slow ones, to read them from the cache instead of computing them
+# beside it in the other worker.
+_FIRST_FILES = ("tests/test_readme_lifecycle.py",)
+_AFTER_THE_E5_CHAPTERS = ("tests/test_shadow.py", "tests/test_demo.py")
+
 
 def _docker_available() -> bool:
     try:
@@ -167,7 +183,16 @@ def pytest_collection_modifyitems(config, items):
         # The files that hold a slow test first (a stable sort: each file keeps its order): with pytest-xdist's
         # --dist loadfile the longest files start at once instead of being the last worker's tail.
         slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)
+
+        def rank(item) -> int:
+            path = item.nodeid.split("::")[0]
+            if path in _FIRST_FILES:
+                return 0
+            if path in _AFTER_THE_E5_CHAPTERS:
+                return 2
+            return 1 if path in slow_files else 3
+
+        items.sort(key=rank)
     else:
         import random
 
@@ -185,6 +210,11 @@ def pytest_collection_modifyitems(config, items):
         for group in groups:
             rng.shuffle(group)
         items[:] = [item for group in groups for item in group]
+
+
+def pytest_unconfigure(config):
+    if _EMBEDDING_CACHE is not None:
+        shutil.rmtree(_EMBEDDING_CACHE, ignore_errors=True)
 
 
 def pytest_report_header(config):

@@ -209,7 +209,7 @@ KNOWN_STATEMENTS: dict[str, int] = {}
 APPLICATION_SQL = {"toolkit.demo": 6}
 
 # The evaluation's embedding cache is a local SQLite file, not the database: its statements are its own.
-NOT_POSTGRES = {"toolkit.evaluation.cache"}
+NOT_POSTGRES = {"toolkit.embedding.cache"}
 
 
 def test_statements_go_through_the_store():

@@ -19,7 +19,7 @@ from toolkit.cli import main
 from toolkit.embedding import get_embedder
 from toolkit.errors import InputError
 from toolkit.evaluation.bag_of_words import bow_cosine, bow_scores
-from toolkit.evaluation.cache import EmbeddingCache
+from toolkit.embedding.cache import EmbeddingCache
 from toolkit.evaluation.frontier import mark_pareto
 from toolkit.evaluation.metrics import cut_answers
 from toolkit.evaluation.offline import ConfigResult, evaluate, split_configs

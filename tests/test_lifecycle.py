@@ -49,24 +49,25 @@ def count_documents(docs) -> int:
 def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous_version(database_url, sample):
     docs, queries, count = sample
     assert count >= 30
-    run(database_url, "model", "add", "e5", "--provider", "e5", "--name", "multilingual-e5-small")
+    # MiniLM: a real model (the README's lifecycle, test_readme_lifecycle, runs e5 through the same commands).
+    run(database_url, "model", "add", "real", "--provider", "sentence-transformers", "--name", "all-MiniLM-L6-v2")
     run(database_url, "model", "add", "toy", "--provider", "hashing", "--name", "64")
     run(database_url, "ingest", str(docs), "--tenant", "acme")
 
     built = json.loads(
-        run(database_url, "backfill", "--model", "e5", "--chunker", "markdown:300:30", "--format", "json").stdout
+        run(database_url, "backfill", "--model", "real", "--format", "json").stdout
     )
     real = built["version"]
     assert built["state"] == "ready" and built["rows_embedded"] > 20
 
-    refused = run(database_url, "cutover", "--model", "e5", code=1)
+    refused = run(database_url, "cutover", "--model", "real", code=1)
     assert "no passing verification" in refused.output and "--force" in refused.output
     first = json.loads(
         run(
             database_url,
             "verify",
             "--model",
-            "e5",
+            "real",
             "--queries",
             str(queries),
             "--min-recall",
@@ -78,11 +79,11 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
         ).stdout
     )
     assert first["passed"] and first["baseline"] is None and first["candidate"]["recall"] >= 0.5
-    run(database_url, "cutover", "--model", "e5")
+    run(database_url, "cutover", "--model", "real")
     assert state(database_url, real) == "active"
 
     toy = json.loads(
-        run(database_url, "backfill", "--model", "toy", "--chunker", "markdown:300:30", "--format", "json").stdout
+        run(database_url, "backfill", "--model", "toy", "--format", "json").stdout
     )["version"]
     gate = run(
         database_url,

@@ -22,6 +22,9 @@ class Embedder:
     provider: str
     # An HTTP API (OpenAI-compatible): a base URL, dimensions asked of the server, requests under a rate limit.
     remote: bool = False
+    # Whether TOOLKIT_EMBEDDING_CACHE keeps its vectors (toolkit.embedding.cache): a model that costs more than a
+    # lookup and whose vectors are this machine's to keep.
+    disk_cached: bool = True
     name: str
     revision: str | None = None
     dimensions: int | None

@@ -31,6 +31,7 @@ class HashingEmbedder(Embedder):
 
     provider = "hashing"
     revision = "1"
+    disk_cached = False  # hashing a text is cheaper than looking its vector up
 
     def __init__(
         self,

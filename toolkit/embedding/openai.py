@@ -71,6 +71,7 @@ class OpenAIEmbedder(Embedder):
 
     provider = "openai"
     remote = True
+    disk_cached = False  # the provider's vectors, served and billed by it (its key would need the server too)
 
     def __init__(
         self,

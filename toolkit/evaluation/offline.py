@@ -104,7 +104,7 @@ def evaluate(
     assembly, as the toolkit recommends); full text needs ``conn``, a connection to a database with the toolkit
     schema, whose ``to_tsvector`` and settings make the ranking the one SQL serves.
     """
-    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.embedding.cache import CachedEmbedder, EmbeddingCache
     from toolkit.evaluation.retrieval import split_retrievals
 
     if scorer not in SCORERS:
@@ -185,21 +185,6 @@ def evaluate(
         cache_path=None if cache.path is None else str(cache.path),
         notes=notes,
     )
-
-
-class CachedEmbedder:
-    """An embedder whose document vectors go through an `EmbeddingCache` (for the strategies that embed while
-    chunking); everything else is the model's own."""
-
-    def __init__(self, embedder, cache):
-        self._embedder = embedder
-        self._cache = cache
-
-    def __getattr__(self, name):
-        return getattr(self._embedder, name)
-
-    def embed_documents(self, texts):
-        return self._cache.embed_documents(self._embedder, texts)
 
 
 def _chunker(spec: str, embedder):
@@ -346,7 +331,7 @@ def evaluate_request(
     provider:name (default MiniLM) or a registered alias. Embeddings are cached in ``cache_dir`` (default
     ~/.cache/toolkit) unless ``no_cache`` or the bow scorer; ``plot`` writes the frontier PNG. ``connect()`` returns
     a connection when one is needed (the version, an alias, full-text retrieval); default: the toolkit database."""
-    from toolkit.evaluation.cache import default_cache_dir
+    from toolkit.embedding.cache import default_cache_dir
 
     if connect is None:
         from toolkit.db.schema import open_database
@@ -375,7 +360,7 @@ def _evaluate_corpus(corpus, configs, model, scorer, retrieval, queries, k, inpu
     import contextlib
 
     from toolkit.chunking import recommended_spec
-    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.embedding.cache import EmbeddingCache
     from toolkit.evaluation.retrieval import split_retrievals
 
     if not corpus:
@@ -435,7 +420,7 @@ def served_retrieval(retrieval) -> str:
 def _evaluate_stored(
     version, corpus, configs, model, scorer, queries, k, tenant, input_price, directory, connect, retrieval
 ):
-    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.embedding.cache import EmbeddingCache
     from toolkit.evaluation.stored import score_stored_version
 
     given = [name for name, value in (("--corpus", corpus), ("--configs", configs), ("--model", model)) if value]

@@ -28,7 +28,7 @@ def score_stored_version(
     """Evaluate a version already in the database: its stored chunks, searched as applications search them
     (``search()`` with its defaults: ``toolkit.search_passages`` as the reader role, on the HNSW index), questions
     embedded with the version's model. The documents and answers are the tenant's stored raw texts."""
-    from toolkit.evaluation.cache import EmbeddingCache
+    from toolkit.embedding.cache import EmbeddingCache
     from toolkit.search import MAX_K, search
     from toolkit.store.models import embedder_for_model, get_model
     from toolkit.verify import can_be_reader, pick_tenant, tenant_documents, version_info

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from toolkit import validation
 from toolkit.db.connection import translate_errors
 from toolkit.embedding import PROVIDERS, get_embedder, probe_dimensions
+from toolkit.embedding.cache import cached_when_configured
 from toolkit.errors import InputError
 
 ALIAS_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -179,7 +180,8 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
         # The registry knows the size: every answer, the first included, is checked against it (an embedder that
         # learnt it from its first answer would, with several workers, blame the right answer for the wrong one).
         embedder.dimensions = dimensions or model.dimensions
-    return embedder
+    # TOOLKIT_EMBEDDING_CACHE (unset by default): a local model's vectors read from and written to a disk cache.
+    return cached_when_configured(embedder)
 
 
 def _with_runtime(options: dict | None, embedder) -> dict:
