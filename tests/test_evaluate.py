@@ -17,9 +17,9 @@ from test_chunking_seed import QUERIES, SEED_TABLE, TEXT
 
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
+from toolkit.embedding.cache import EmbeddingCache
 from toolkit.errors import InputError
 from toolkit.evaluation.bag_of_words import bow_cosine, bow_scores
-from toolkit.embedding.cache import EmbeddingCache
 from toolkit.evaluation.frontier import mark_pareto
 from toolkit.evaluation.metrics import cut_answers
 from toolkit.evaluation.offline import ConfigResult, evaluate, split_configs
