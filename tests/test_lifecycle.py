@@ -54,9 +54,7 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
     run(database_url, "model", "add", "toy", "--provider", "hashing", "--name", "64")
     run(database_url, "ingest", str(docs), "--tenant", "acme")
 
-    built = json.loads(
-        run(database_url, "backfill", "--model", "real", "--format", "json").stdout
-    )
+    built = json.loads(run(database_url, "backfill", "--model", "real", "--format", "json").stdout)
     real = built["version"]
     assert built["state"] == "ready" and built["rows_embedded"] > 20
 
@@ -82,9 +80,7 @@ def test_the_gate_keeps_a_worse_candidate_out_and_rollback_restores_the_previous
     run(database_url, "cutover", "--model", "real")
     assert state(database_url, real) == "active"
 
-    toy = json.loads(
-        run(database_url, "backfill", "--model", "toy", "--format", "json").stdout
-    )["version"]
+    toy = json.loads(run(database_url, "backfill", "--model", "toy", "--format", "json").stdout)["version"]
     gate = run(
         database_url,
         "verify",
