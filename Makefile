@@ -33,10 +33,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/toolkit demo
 
+# sqlfluff on two processes, one per core (PYTHONWARNINGS: multiprocessing's shutdown notice about its semaphores).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/sqlfluff lint sql --dialect postgres
+	PYTHONWARNINGS=ignore $(BIN)/sqlfluff lint sql --dialect postgres --processes 2
 
 # The eval baseline check (toolkit/evaluation/baseline.py): the bundled sample set with the baseline's configuration and
 # the default local model must stay within the tolerance of toolkit/data/sample/eval_baseline.json. Before pytest, so
