@@ -178,6 +178,9 @@ class Served:
         )
         for old, new in wanted.items():
             body = body.replace(old, f"toolkit.{new}(").replace(old[len("toolkit.") : -1] + ".", new + ".")
+        # Then _search_target's chunk_table was the bare name, quoted in with %I; now it is qualified and quoted
+        # (toolkit._chunk_table), taken with %s. Every toolkit.%I of that release's search names it.
+        body = re.sub(r"toolkit\.%(\d+\$)?I", lambda m: f"%{m.group(1) or ''}s", body)
         schema = self.owner.execute("SELECT toolkit._vector_schema()").fetchone()[0]
         with self.owner.transaction():
             self.owner.execute(f"SET LOCAL search_path = {schema}, pg_catalog")
@@ -233,8 +236,7 @@ class Served:
         # What autovacuum does soon after a load (inserts past its threshold): the visibility map set, so searches
         # read the postings' index alone (index-only scans).
         terms, stats = conn.execute(
-            "SELECT format('toolkit.%%I', toolkit._terms_table(%s)),"
-            " format('toolkit.%%I', toolkit._term_stats_table(%s))",
+            "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)",
             (info["version"], info["version"]),
         ).fetchone()
         conn.execute(f"VACUUM (ANALYZE) {terms}, {stats}")
@@ -260,8 +262,7 @@ class Served:
 
     def sizes_of(self, v: int) -> dict:
         names = self.owner.execute(
-            "SELECT toolkit._chunk_table(%s), format('toolkit.%%I', toolkit._terms_table(%s)),"
-            " format('toolkit.%%I', toolkit._term_stats_table(%s))",
+            "SELECT toolkit._chunk_table(%s), toolkit._postings_table(%s), toolkit._statistics_table(%s)",
             (v, v, v),
         ).fetchone()
         out = {}
@@ -354,9 +355,7 @@ class Served:
         with self.owner.transaction():
             self.owner.execute("SET LOCAL ROLE toolkit_reader")
             self.owner.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
-            stats = self.owner.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (v,)).fetchone()[
-                0
-            ]
+            stats = self.owner.execute("SELECT toolkit._statistics_table(%s)", (v,)).fetchone()[0]
             rows = self.owner.execute(
                 f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.tenant = %s"
                 " AND s.lexeme = ANY (toolkit.query_lexemes('english', %s)) GROUP BY 1 HAVING sum(s.df) > 0",

@@ -301,7 +301,7 @@ def test_the_upgrade_builds_full_text_postings_for_versions_of_an_earlier_releas
         conn.execute(f"DROP TRIGGER text_postings_{name} ON toolkit.chunks_v{v}")
     conn.execute("SELECT toolkit._drop_text_postings(%s)", (v,))
     migrate.upgrade(database_url)
-    terms = conn.execute("SELECT format('toolkit.%%I', toolkit._terms_table(%s))", (v,)).fetchone()[0]
+    terms = conn.execute("SELECT toolkit._postings_table(%s)", (v,)).fetchone()[0]
     conn.execute(
         f"INSERT INTO toolkit.chunks_v{v} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text,"
         " content_hash, token_count) VALUES ('a', 'new', 'd', 0, 0, 9, 'zymurgy', 'h', 1)"

@@ -130,6 +130,8 @@ EVERYONE = {
     "_any_lexeme",
     "_terms_table",
     "_term_stats_table",
+    "_postings_table",
+    "_statistics_table",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",

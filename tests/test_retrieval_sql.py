@@ -367,7 +367,7 @@ def test_postings_follow_the_chunk_table(conn, make_model):
     (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
     table = f"toolkit.chunks_v{int(version)}"
     terms, stats = conn.execute(
-        "SELECT format('toolkit.%%I', toolkit._terms_table(%s)), format('toolkit.%%I', toolkit._term_stats_table(%s))",
+        "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)",
         (version, version),
     ).fetchone()
 
@@ -423,7 +423,7 @@ def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, d
     store_rows(conn, "c", {"seed.md": "alpha beta gamma"})
     (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
     table = f"toolkit.chunks_v{int(version)}"
-    stats = conn.execute("SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))", (version,)).fetchone()[0]
+    stats = conn.execute("SELECT toolkit._statistics_table(%s)", (version,)).fetchone()[0]
     insert = (
         f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
         " token_count) VALUES (%s, %s, %s, 0, 0, 16, 'alpha beta delta', 'h', 3)"

@@ -161,7 +161,7 @@ def test_full_text_postings_and_statistics_keep_tenants_and_labels_apart(conn, l
     N count only those rows, so a hidden chunk's words leave no trace."""
     v, _ = live
     terms, stats = conn.execute(
-        "SELECT format('toolkit.%%I', toolkit._terms_table(%s)), format('toolkit.%%I', toolkit._term_stats_table(%s))",
+        "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)",
         (v, v),
     ).fetchone()
     assert as_reader(conn, f"SELECT count(*) FROM {terms}") == [(0,)]  # no tenant, no rows

@@ -1,6 +1,7 @@
-"""One source of truth: the rules SQL owns (version table names, lock keys, which states an action accepts, the
-chunk tables' columns) are asked of SQL, never re-typed in Python or in a second SQL routine. The scans fail on a
-hand-built name or list; the catalog checks fail when Python's copy of the column list drifts from SQL's table."""
+"""One source of truth: the rules SQL owns (version table names and those of their postings and statistics, lock
+keys, which states an action accepts, the chunk tables' columns) are asked of SQL, never re-typed in Python or in a
+second SQL routine. The scans fail on a hand-built name or list; the catalog checks fail when Python's copy of the
+column list drifts from SQL's table."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 STATES = r"(?:building|ready|verified|active|standby|retired)"
 # Two or more state names in one literal list (a tuple, list, set or SQL IN / ARRAY list).
 STATE_LIST = re.compile(rf"""['"]{STATES}['"]\s*,\s*['"]{STATES}['"]""")
-HAND_BUILT_TABLE = re.compile(r"""chunks_v\{|chunks_v['"]\s*(?:\+|\|\|)|['"]chunks_v%|chunks_v\d""")
+# A version's chunk, postings or statistics table named by hand (chunks_vN, terms_vN, term_stats_vN).
+HAND_BUILT_TABLE = re.compile(
+    r"""\b(?:chunks|terms|term_stats)_v(?:\{|['"]\s*(?:\+|\|\|)|\d)|['"](?:chunks|terms|term_stats)_v%"""
+)
 LOCK_KEY = re.compile(r"toolkit\.version-(?:set|rows)|pg_advisory")
 
 
@@ -46,6 +50,11 @@ def test_the_scans_find_what_they_look_for():
     assert HAND_BUILT_TABLE.search('f"toolkit.chunks_v{version}"')
     assert HAND_BUILT_TABLE.search("SELECT count(*) FROM toolkit.chunks_v1")
     assert HAND_BUILT_TABLE.search("'chunks_v' || version::text")
+    assert HAND_BUILT_TABLE.search("'terms_v' || version::text")
+    assert HAND_BUILT_TABLE.search('f"toolkit.term_stats_v{v}"')
+    assert HAND_BUILT_TABLE.search("DELETE FROM toolkit.terms_v3 AS t")
+    assert HAND_BUILT_TABLE.search("name = 'term_stats_v%s' % v")
+    assert not HAND_BUILT_TABLE.search("the postings (terms_vN) and statistics (term_stats_vN)")
     assert LOCK_KEY.search("hashtext('toolkit.version-set')")
     assert not HAND_BUILT_TABLE.search("one ``chunks_vN`` per version")
     assert len(tracked("toolkit/*.py", "bench/*.py")) > 40
@@ -64,13 +73,15 @@ def test_sql_routines_ask_the_one_state_list_and_table_name():
     files = tracked("sql/idempotent/*.sql")
     versions_sql = ROOT / "sql/idempotent/003-versions.sql"
     owner = versions_sql.read_text()
-    # version_states owns the lists and _version_table the name: cut both out of their file, then scan everything.
+    # version_states owns the lists and _version_table the name: cut both out of their file, then scan everything;
+    # likewise the postings' and statistics' bare names out of 011.
     for name in ("version_states", "_version_table"):
-        start = owner.index(f"CREATE OR REPLACE FUNCTION toolkit.{name}(")
-        owner = owner[:start] + owner[owner.index("$$;", owner.index("$$", start) + 2) + 3 :]
+        owner = without_function(owner, name)
+    lexical_sql = ROOT / "sql/idempotent/011-lexical.sql"
+    lexical = without_function(without_function(lexical_sql.read_text(), "_terms_table"), "_term_stats_table")
     found = []
     for path in files:
-        text = owner if path == versions_sql else path.read_text()
+        text = {versions_sql: owner, lexical_sql: lexical}.get(path) or path.read_text()
         for number, line in enumerate(text.splitlines(), 1):
             if STATE_LIST.search(line) or HAND_BUILT_TABLE.search(line):
                 found.append(f"{path.name}:{number}: {line.strip()}")
@@ -79,17 +90,24 @@ def test_sql_routines_ask_the_one_state_list_and_table_name():
 
 # A version's table in a statement is toolkit._chunk_table(v) (qualified and quoted); toolkit._version_table(v), the
 # bare name, only starts a name derived from it (an index's: ``toolkit._version_table(v) || '_doc_idx'``) or is the
-# bare relation a deletion reports (next to 'documents').
+# bare relation a deletion reports (next to 'documents'). The same for its full-text postings and statistics:
+# toolkit._postings_table(v) and toolkit._statistics_table(v) in a statement, the bare toolkit._terms_table(v) and
+# toolkit._term_stats_table(v) only before ``||`` (the statistics' index name).
 VERSION_TABLE_CALL = re.compile(r"toolkit\._version_table\(")
-BARE_NAME_USE = re.compile(r"toolkit\._version_table\([^()]*\)\s*\|\||relation := toolkit\._version_table\(")
+POSTINGS_NAME_CALL = re.compile(r"toolkit\._(?:terms|term_stats)_table\(")
+BARE_NAME_CALL = re.compile(r"toolkit\._(?:version|terms|term_stats)_table\(")
+BARE_NAME_USE = re.compile(
+    r"toolkit\._(?:version|terms|term_stats)_table\([^()]*\)\s*\|\||relation := toolkit\._version_table\("
+)
 
 
 def chunk_table_offenders(text: str, name: str) -> list[str]:
-    """Calls of toolkit._version_table in SQL that are not a bare-name use (see BARE_NAME_USE)."""
+    """Calls of a bare-name helper (toolkit._version_table, _terms_table, _term_stats_table) in SQL that are not a
+    bare-name use (see BARE_NAME_USE)."""
     return [
         f"{name}:{number}: {line.strip()}"
         for number, line in enumerate(text.splitlines(), 1)
-        if len(VERSION_TABLE_CALL.findall(line)) > len(BARE_NAME_USE.findall(line))
+        if len(BARE_NAME_CALL.findall(line)) > len(BARE_NAME_USE.findall(line))
     ]
 
 
@@ -106,15 +124,29 @@ def test_the_chunk_table_scans_find_a_second_spelling():
     assert not chunk_table_offenders("    idx := toolkit._version_table(target) || '_embedding_idx';", "x")
     assert not chunk_table_offenders("    EXECUTE format('DROP TABLE %s', toolkit._chunk_table(target));", "x")
     assert VERSION_TABLE_CALL.search("\"SELECT format('toolkit.%%I', toolkit._version_table(%s))\"")
+    # the postings and statistics
+    assert chunk_table_offenders("    stats text := toolkit._term_stats_table(target);", "x")
+    assert chunk_table_offenders("IF to_regclass(format('toolkit.%I', toolkit._terms_table(target))) IS NULL", "x")
+    assert chunk_table_offenders("            ' ORDER BY t.chunk_id LIMIT $20', toolkit._terms_table(v));", "x")
+    assert not chunk_table_offenders("    EXECUTE format('%I', toolkit._term_stats_table(target) || '_key_idx');", "x")
+    assert not chunk_table_offenders("    terms text := toolkit._postings_table(target);", "x")
+    assert not chunk_table_offenders("    stats text := toolkit._statistics_table(target);", "x")
+    assert POSTINGS_NAME_CALL.search("\"SELECT format('toolkit.%%I', toolkit._term_stats_table(%s))\"")
+    assert POSTINGS_NAME_CALL.search('"SELECT toolkit._terms_table(%s)"')
 
 
 def test_sql_names_a_version_table_one_way():
-    """Every routine names a chunk table with toolkit._chunk_table; only that helper qualifies the bare name."""
+    """Every routine names a chunk table with toolkit._chunk_table, its postings with toolkit._postings_table and its
+    statistics with toolkit._statistics_table; only those helpers qualify the bare names."""
+    owners = {
+        "003-versions.sql": ("_version_table", "_chunk_table"),
+        "011-lexical.sql": ("_terms_table", "_term_stats_table", "_postings_table", "_statistics_table"),
+    }
     found = []
     for path in tracked("sql/idempotent/*.sql"):
         text = path.read_text()
-        if path.name == "003-versions.sql":
-            text = without_function(without_function(text, "_version_table"), "_chunk_table")
+        for helper in owners.get(path.name, ()):
+            text = without_function(text, helper)
         found += chunk_table_offenders(text, path.name)
     assert found == []
 
@@ -127,6 +159,13 @@ def test_python_asks_sql_for_a_version_table():
     assert offenders(python, VERSION_TABLE_CALL, "toolkit/db/migration_guard.py") == []
 
 
+def test_python_asks_sql_for_the_postings_and_statistics_tables():
+    """Python (package, bench/ and the tests) names a version's postings and statistics with toolkit._postings_table
+    and toolkit._statistics_table, never by qualifying the bare names (no exception: older schemas are never asked)."""
+    python = tracked("toolkit/*.py", "bench/*.py", "tests/*.py")
+    assert offenders(python, POSTINGS_NAME_CALL, "tests/test_single_source.py") == []
+
+
 def test_chunk_table_is_the_qualified_version_table(conn, make_model):
     make_model("m", 8)
     version = create_version(conn, "m", "fixed:20:0", "fixed:20:0@one-name")
@@ -137,6 +176,20 @@ def test_chunk_table_is_the_qualified_version_table(conn, make_model):
     assert name == f"toolkit.{bare}"
     assert oid is not None  # names the table create_version made
     assert chunk_table_name(conn, version).as_string(conn) == name
+
+
+def test_postings_and_statistics_tables_are_the_qualified_bare_names(conn, make_model):
+    make_model("m", 8)
+    version = create_version(conn, "m", "fixed:20:0", "fixed:20:0@postings-names")
+    row = conn.execute(
+        "SELECT toolkit._postings_table(%s), toolkit._terms_table(%s), to_regclass(toolkit._postings_table(%s)),"
+        " toolkit._statistics_table(%s), toolkit._term_stats_table(%s), to_regclass(toolkit._statistics_table(%s))",
+        (version,) * 6,
+    ).fetchone()
+    postings, terms, postings_oid, statistics, term_stats, statistics_oid = row
+    assert postings == f"toolkit.{terms}" and statistics == f"toolkit.{term_stats}"
+    assert postings != statistics
+    assert postings_oid is not None and statistics_oid is not None  # name the tables create_version made
 
 
 def test_chunk_columns_are_the_tables_columns(conn, make_model):

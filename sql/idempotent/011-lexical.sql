@@ -109,7 +109,8 @@ $$;
 -- term_stats_vN: per tenant, label set and lexeme the chunks holding it (df), and under the lexeme '' the chunk count
 -- (in df) and their tokens. Both carry the chunk table's row-level security; triggers on the chunk table keep them.
 
--- Returns the name of a version's postings table (terms_vN); quoted with %I when used.
+-- Returns the bare name of a version's postings table (terms_vN): what the names derived from it start with. A
+-- statement names the table itself with toolkit._postings_table below, never with this.
 CREATE OR REPLACE FUNCTION toolkit._terms_table(version integer)
 RETURNS text
 LANGUAGE sql
@@ -120,7 +121,8 @@ AS $$
     SELECT 'terms_v' || version::text
 $$;
 
--- Returns the name of a version's full-text statistics table (term_stats_vN); quoted with %I when used.
+-- Returns the bare name of a version's full-text statistics table (term_stats_vN): what the names derived from it
+-- (its index) start with. A statement names the table itself with toolkit._statistics_table below, never with this.
 CREATE OR REPLACE FUNCTION toolkit._term_stats_table(version integer)
 RETURNS text
 LANGUAGE sql
@@ -129,6 +131,30 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT 'term_stats_v' || version::text
+$$;
+
+-- Returns a version's postings table, schema-qualified and quoted (toolkit.terms_vN): the one way every routine, and
+-- Python, names it; put into a statement with %s, or cast to regclass.
+CREATE OR REPLACE FUNCTION toolkit._postings_table(target integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'toolkit.' || quote_ident(toolkit._terms_table(target))
+$$;
+
+-- Returns a version's full-text statistics table, schema-qualified and quoted (toolkit.term_stats_vN): the one way
+-- every routine, and Python, names it; put into a statement with %s, or cast to regclass.
+CREATE OR REPLACE FUNCTION toolkit._statistics_table(target integer)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'toolkit.' || quote_ident(toolkit._term_stats_table(target))
 $$;
 
 -- Grants on a version's postings and statistics: read for every role that searches; the triggers write them.
@@ -142,10 +168,10 @@ AS $$
 DECLARE
     tbl text;
 BEGIN
-    FOREACH tbl IN ARRAY ARRAY[toolkit._terms_table(target), toolkit._term_stats_table(target)] LOOP
-        IF to_regclass(format('toolkit.%I', tbl)) IS NOT NULL THEN
-            EXECUTE format('REVOKE ALL ON toolkit.%I FROM public', tbl);
-            EXECUTE format('GRANT SELECT ON toolkit.%I TO toolkit_reader, toolkit_writer, toolkit_deployer', tbl);
+    FOREACH tbl IN ARRAY ARRAY[toolkit._postings_table(target), toolkit._statistics_table(target)] LOOP
+        IF to_regclass(tbl) IS NOT NULL THEN
+            EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
+            EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_writer, toolkit_deployer', tbl);
         END IF;
     END LOOP;
 END
@@ -164,8 +190,8 @@ DECLARE
     tbl regclass;
 BEGIN
     FOREACH tbl IN ARRAY ARRAY[
-        to_regclass(format('toolkit.%I', toolkit._terms_table(target))),
-        to_regclass(format('toolkit.%I', toolkit._term_stats_table(target)))
+        to_regclass(toolkit._postings_table(target)),
+        to_regclass(toolkit._statistics_table(target))
     ] LOOP
         IF tbl IS NOT NULL THEN
             PERFORM toolkit._secure_tenant_table(tbl);
@@ -191,29 +217,29 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    stats text := toolkit._term_stats_table(target);
+    stats text := toolkit._statistics_table(target);
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN false;
     END IF;
     BEGIN
-        EXECUTE format('LOCK TABLE toolkit.%I IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', stats);
+        EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', stats);
     EXCEPTION WHEN lock_not_available THEN
         RETURN false;
     END;
     IF tenants IS NULL THEN
         EXECUTE format(
-            'WITH gone AS (DELETE FROM toolkit.%1$I AS s RETURNING s.*)'
-            ' INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+            'WITH gone AS (DELETE FROM %1$s AS s RETURNING s.*)'
+            ' INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
             ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
             ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats);
     ELSE
         EXECUTE format(
             'WITH keys AS (SELECT DISTINCT k.tenant, k.labels::text[] AS labels, k.lexeme'
             '  FROM unnest($1, $2, $3) AS k (tenant, labels, lexeme)),'
-            ' gone AS (DELETE FROM toolkit.%1$I AS s USING keys AS k'
+            ' gone AS (DELETE FROM %1$s AS s USING keys AS k'
             '  WHERE s.tenant = k.tenant AND s.lexeme = k.lexeme AND s.access_labels = k.labels RETURNING s.*)'
-            ' INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+            ' INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
             ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
             ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats)
             USING tenants, label_sets, lexemes;
@@ -237,8 +263,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     target integer := TG_ARGV[0]::integer;
-    terms text := toolkit._terms_table(target);
-    stats text := toolkit._term_stats_table(target);
+    terms text := toolkit._postings_table(target);
+    stats text := toolkit._statistics_table(target);
     same text := 'n.tenant = o.tenant AND n.chunk_id = o.chunk_id AND n.is_parent = o.is_parent'
         ' AND n.access_labels = o.access_labels AND n.token_count = o.token_count AND n.fts = o.fts';
     removed text := 'SELECT NULL::text AS tenant, NULL::text AS chunk_id, NULL::text[] AS access_labels,'
@@ -260,13 +286,13 @@ BEGIN
     END IF;
     IF TG_OP <> 'INSERT' THEN
         EXECUTE format(
-            'DELETE FROM toolkit.%I AS t USING (SELECT r.tenant, l.lexeme, r.chunk_id'
+            'DELETE FROM %s AS t USING (SELECT r.tenant, l.lexeme, r.chunk_id'
             '  FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l) AS x'
             ' WHERE t.tenant = x.tenant AND t.lexeme = x.lexeme AND t.chunk_id = x.chunk_id', terms, removed);
     END IF;
     IF TG_OP <> 'DELETE' THEN
         EXECUTE format(
-            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            'INSERT INTO %s (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
             ' SELECT r.tenant, l.lexeme, r.chunk_id, cardinality(l.positions), r.token_count, r.access_labels'
             ' FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l ORDER BY 1, 2, 3', terms, added);
     END IF;
@@ -277,7 +303,7 @@ BEGIN
         '  FROM changes AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1, 2, 3'
         '  UNION ALL SELECT c.tenant, c.access_labels, '''', sum(c.sign), sum(c.sign * c.token_count)'
         '  FROM changes AS c GROUP BY 1, 2),'
-        ' written AS (INSERT INTO toolkit.%1$I (tenant, access_labels, lexeme, df, tokens)'
+        ' written AS (INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
         '  SELECT d.tenant, d.access_labels, d.lexeme, d.df, d.tokens FROM deltas AS d'
         '  WHERE d.df <> 0 OR d.tokens <> 0 RETURNING tenant, access_labels, lexeme)'
         ' SELECT array_agg(w.tenant) AS tenants, array_agg(w.access_labels::text) AS label_sets,'
@@ -303,19 +329,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     chunks text := toolkit._chunk_table(target);
-    terms text := toolkit._terms_table(target);
-    stats text := toolkit._term_stats_table(target);
+    terms text := toolkit._postings_table(target);
+    stats text := toolkit._statistics_table(target);
 BEGIN
     IF to_regclass(chunks) IS NULL THEN
         RETURN;
     END IF;
-    IF to_regclass(format('toolkit.%I', terms)) IS NULL OR to_regclass(format('toolkit.%I', stats)) IS NULL THEN
+    IF to_regclass(terms) IS NULL OR to_regclass(stats) IS NULL THEN
         -- Writers wait while the postings are filled, so none of their rows is missed.
         PERFORM toolkit._take_lock(chunks::regclass, 'SHARE',
             format('building the full-text postings of version %s', target), '1h');
-        EXECUTE format('DROP TABLE IF EXISTS toolkit.%I, toolkit.%I', terms, stats);
+        EXECUTE format('DROP TABLE IF EXISTS %s, %s', terms, stats);
         EXECUTE format(
-            'CREATE TABLE toolkit.%I ('
+            'CREATE TABLE %s ('
             '  tenant text NOT NULL,'
             '  lexeme text NOT NULL,'
             '  chunk_id text NOT NULL,'
@@ -324,35 +350,36 @@ BEGIN
             '  access_labels text[] NOT NULL DEFAULT ''{}'''
             ')', terms);
         EXECUTE format(
-            'CREATE TABLE toolkit.%I ('
+            'CREATE TABLE %s ('
             '  tenant text NOT NULL,'
             '  access_labels text[] NOT NULL DEFAULT ''{}'','
             '  lexeme text NOT NULL,'
             '  df bigint NOT NULL,'
             '  tokens bigint NOT NULL DEFAULT 0'
             ')', stats);
-        EXECUTE format('CREATE INDEX %I ON toolkit.%I (tenant, lexeme)', stats || '_key_idx', stats);
-        EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', terms,
+        EXECUTE format('CREATE INDEX %I ON %s (tenant, lexeme)',
+            toolkit._term_stats_table(target) || '_key_idx', stats);
+        EXECUTE format('COMMENT ON TABLE %s IS %L', terms,
             format('Full-text postings of version %s: each chunk''s lexemes, their counts (tf), the chunk''s'
                 ' token_count and labels.', target));
-        EXECUTE format('COMMENT ON TABLE toolkit.%I IS %L', stats,
+        EXECUTE format('COMMENT ON TABLE %s IS %L', stats,
             format('Full-text statistics of version %s: delta rows of df per tenant, label set and lexeme;'
                 ' lexeme '''' holds the chunk count (df) and their tokens.', target));
         EXECUTE format(
-            'INSERT INTO toolkit.%I (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            'INSERT INTO %s (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
             ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
             ' FROM %s AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
         -- The key's index built after the rows (a sort, not one insertion per row).
         EXECUTE format(
-            'ALTER TABLE toolkit.%I ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
+            'ALTER TABLE %s ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
             terms);
         EXECUTE format(
-            'INSERT INTO toolkit.%I (tenant, access_labels, lexeme, df, tokens)'
-            ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM toolkit.%I AS t GROUP BY 1, 2, 3'
+            'INSERT INTO %s (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM %s AS t GROUP BY 1, 2, 3'
             ' UNION ALL SELECT c.tenant, c.access_labels, '''', count(*), sum(c.token_count)'
             ' FROM %s AS c WHERE NOT c.is_parent GROUP BY 1, 2', stats, terms, chunks);
-        EXECUTE format('ANALYZE toolkit.%I', terms);
-        EXECUTE format('ANALYZE toolkit.%I', stats);
+        EXECUTE format('ANALYZE %s', terms);
+        EXECUTE format('ANALYZE %s', stats);
         PERFORM toolkit._secure_text_postings(target);
     END IF;
     IF EXISTS (
@@ -385,7 +412,6 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    EXECUTE format('DROP TABLE IF EXISTS toolkit.%I, toolkit.%I',
-        toolkit._terms_table(target), toolkit._term_stats_table(target));
+    EXECUTE format('DROP TABLE IF EXISTS %s, %s', toolkit._postings_table(target), toolkit._statistics_table(target));
 END
 $$;

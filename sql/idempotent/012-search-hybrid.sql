@@ -104,17 +104,17 @@ BEGIN
 
     -- Full text: the tenant's statistics (N, total tokens and each lexeme's df: sums of term_stats_vN's rows the
     -- caller may read, found through its (tenant, lexeme) index), then the candidates' postings.
-    stats_table := toolkit._term_stats_table(target.version);
+    stats_table := toolkit._statistics_table(target.version);
     IF cardinality(lexemes) > 0 THEN
         BEGIN
             EXECUTE format(
-                'SELECT coalesce(sum(s.df), 0)::float8, coalesce(sum(s.tokens), 0)::float8 FROM toolkit.%I AS s'
+                'SELECT coalesce(sum(s.df), 0)::float8, coalesce(sum(s.tokens), 0)::float8 FROM %s AS s'
                 ' WHERE s.tenant = $1 AND s.lexeme = ''''', stats_table)
             INTO text_n, text_total USING tenant;
             EXECUTE format(
                 'SELECT coalesce(array_agg(x.lexeme ORDER BY x.df, x.lexeme COLLATE "C"), ''{}''),'
                 ' coalesce(array_agg(x.df ORDER BY x.df, x.lexeme COLLATE "C"), ''{}'')'
-                ' FROM (SELECT s.lexeme, sum(s.df)::float8 AS df FROM toolkit.%I AS s'
+                ' FROM (SELECT s.lexeme, sum(s.df)::float8 AS df FROM %s AS s'
                 '  WHERE s.tenant = $1 AND s.lexeme = ANY ($2) GROUP BY s.lexeme HAVING sum(s.df) > 0) AS x',
                 stats_table)
             INTO known, known_df USING tenant, lexemes;
@@ -130,13 +130,13 @@ BEGIN
     END LOOP;
     IF cardinality(chosen) > 0 THEN
         candidates_sql := format(
-            'SELECT DISTINCT t.chunk_id FROM toolkit.%I AS t WHERE t.tenant = $3 AND t.lexeme = ANY ($18)',
-            toolkit._terms_table(target.version));
+            'SELECT DISTINCT t.chunk_id FROM %s AS t WHERE t.tenant = $3 AND t.lexeme = ANY ($18)',
+            toolkit._postings_table(target.version));
     ELSIF cardinality(known) > 0 THEN
         rarest := known[1];
         candidates_sql := format(
-            'SELECT t.chunk_id FROM toolkit.%I AS t WHERE t.tenant = $3 AND t.lexeme = $19'
-            ' ORDER BY t.chunk_id LIMIT $20', toolkit._terms_table(target.version));
+            'SELECT t.chunk_id FROM %s AS t WHERE t.tenant = $3 AND t.lexeme = $19'
+            ' ORDER BY t.chunk_id LIMIT $20', toolkit._postings_table(target.version));
     ELSE
         candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
     END IF;
@@ -159,7 +159,7 @@ BEGIN
             'WITH vector_hits AS MATERIALIZED (%1$s),'
             ' text_candidates AS MATERIALIZED (%4$s),'
             ' text_rows AS MATERIALIZED (%6$s),'
-            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf FROM toolkit.%5$I AS t'
+            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf FROM %5$s AS t'
             '  WHERE t.tenant = $3 AND t.lexeme = ANY ($23) AND t.chunk_id = ANY (ARRAY(SELECT r.chunk_id FROM text_rows AS r))),'
             ' text_terms AS (SELECT u.lexeme, ln(1 + ($21 - u.df + 0.5) / (u.df + 0.5)) AS idf'
             '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
@@ -178,7 +178,7 @@ BEGIN
             ' FROM fused AS x INNER JOIN %3$s AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' WHERE ($26::float8 IS NULL OR %7$s >= $26)'
             ' ORDER BY 1',
-            vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._terms_table(target.version),
+            vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._postings_table(target.version),
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
             CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
                     f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
@@ -479,8 +479,8 @@ BEGIN
             -- The mean chunk tokens from the version's full-text statistics (the rows the caller may read).
             EXECUTE format(
                 'SELECT ceil($2 * $3 * coalesce(sum(s.tokens)::float8 / nullif(sum(s.df), 0)::float8, 0))::integer'
-                ' FROM toolkit.%I AS s WHERE s.tenant = $1 AND s.lexeme = ''''',
-                toolkit._term_stats_table(target.version))
+                ' FROM %s AS s WHERE s.tenant = $1 AND s.lexeme = ''''',
+                toolkit._statistics_table(target.version))
             INTO budget USING search_tenant, k, settings.passage_chunks;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);
