@@ -3,6 +3,7 @@ for version tables (real inserts, real vectors), platform checks."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -33,6 +34,40 @@ def create_database(admin_url: str, template: str | None) -> str:
 def drop_database(admin_url: str, name: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def insert_test_model(conn, alias: str = "m1", dimensions: int = 8, **kwargs) -> str:
+    """Registers a model for tests without loading it (the hashing provider by default: it needs no weights)."""
+    from toolkit.store.models import Model, insert_model
+
+    insert_model(
+        conn,
+        Model(
+            alias=alias,
+            provider=kwargs.pop("provider", "hashing"),
+            model_name=kwargs.pop("model_name", str(dimensions)),
+            dimensions=dimensions,
+            max_input_tokens=kwargs.pop("max_input_tokens", 8192),
+            **kwargs,
+        ),
+    )
+    return alias
+
+
+@contextlib.contextmanager
+def prepared_database(admin_url: str, template: str, build):
+    """A database copied from ``template`` and built once by ``build(conn)`` (an autocommit connection, closed
+    before the database is copied), to be the template of a module's test databases (conftest's
+    ``template_database``); yields (its name, what ``build`` returned) and drops it at the end."""
+    from toolkit.db.connection import connect
+
+    name = create_database(admin_url, template)
+    try:
+        with connect(with_database(admin_url, name), autocommit=True) as conn:
+            built = build(conn)
+        yield name, built
+    finally:
+        drop_database(admin_url, name)
 
 
 def fastokens_installed_here() -> bool:

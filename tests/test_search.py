@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 from psycopg import errors as pg_errors
-from support import fill_version
+from support import fill_version, insert_test_model, prepared_database
 
 from toolkit import cutover, search
 from toolkit.chunking import get_chunker
@@ -91,10 +91,9 @@ def as_role(conn, query, params=(), *, tenant=None, principals=None, role="toolk
         return conn.execute(query, params, prepare=False).fetchall()
 
 
-@pytest.fixture
-def store(conn, make_model):
+def build_store(conn) -> int:
     """Two tenants: a has a parent/child version of two documents (one labelled hr), b one of its own."""
-    make_model("h", DIMS, model_name=str(DIMS))
+    insert_test_model(conn, "h", DIMS, model_name=str(DIMS))
     v = versions.create_version(conn, "h", "sentence:60:0:parent=markdown,400,0", "s2b@1")
     store_document(
         conn,
@@ -118,6 +117,43 @@ def store(conn, make_model):
     store_document(conn, v, "b", "b/row-security.md", ROW_SECURITY, "sentence:60:0:parent=markdown,400,0")
     activate(conn, v)
     return v
+
+
+def build_skewed(conn) -> int:
+    """3,000 chunks of a large tenant and 30 (1%) of a small one, random 16-dimensional vectors."""
+    insert_test_model(conn, "r", 16, model_name="16")
+    v = versions.create_version(conn, "r", "fixed:10:0", "fixed:10:0@1")
+    fill_version(conn, v, 16, {"big": 3000, "small": 30})
+    activate(conn, v)
+    return v
+
+
+# Built once per module, copied for each test that asks (conftest's template_database).
+PREPARED_DATABASES = {"store": "store_database", "skewed": "skewed_database"}
+
+
+@pytest.fixture(scope="module")
+def store_database(pg_admin_url, migrated_template):
+    with prepared_database(pg_admin_url, migrated_template, build_store) as prepared:
+        yield prepared
+
+
+@pytest.fixture(scope="module")
+def skewed_database(pg_admin_url, migrated_template):
+    with prepared_database(pg_admin_url, migrated_template, build_skewed) as prepared:
+        yield prepared
+
+
+@pytest.fixture
+def store(store_database, conn):
+    """The version build_store made, in this test's copy of its database."""
+    return store_database[1]
+
+
+@pytest.fixture
+def skewed(skewed_database, conn):
+    """The version build_skewed made, in this test's copy of its database."""
+    return skewed_database[1]
 
 
 def question_vector(text: str = QUESTION) -> np.ndarray:
@@ -332,16 +368,6 @@ def test_a_role_without_grants_cannot_call_the_search_functions(conn, store):
 
 
 # -- small tenants, iterative scans and the HNSW index --------------------------------------------------------
-
-
-@pytest.fixture
-def skewed(conn, make_model):
-    """3,000 chunks of a large tenant and 30 (1%) of a small one, random 16-dimensional vectors."""
-    make_model("r", 16, model_name="16")
-    v = versions.create_version(conn, "r", "fixed:10:0", "fixed:10:0@1")
-    fill_version(conn, v, 16, {"big": 3000, "small": 30})
-    activate(conn, v)
-    return v
 
 
 def plans(conn):
