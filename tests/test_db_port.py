@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import shutil
 import socket
-import tempfile
-from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from support import scratch_directory
 
 from toolkit.cli import main
 from toolkit.db import server
@@ -27,8 +26,7 @@ def free_port() -> int:
 
 @pytest.fixture
 def data_dir():
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-port-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-port-")
     yield directory / "pg"
     server.stop_embedded(directory / "pg")
     shutil.rmtree(directory, ignore_errors=True)

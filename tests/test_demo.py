@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import scratch_directory
 
 from toolkit.cli import main
 from toolkit.db import server
@@ -19,8 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_demo_runs_the_whole_lifecycle_with_real_models():
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-demo-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-demo-")
     lines: list[str] = []
     try:
         # One chapter has 12 labelled questions: fewer than the gate asks for by default, accepted explicitly.

@@ -10,13 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
 import psycopg
 import pytest
 from click.testing import CliRunner
+from support import scratch_directory
 
 from toolkit.cli import main
 from toolkit.db import server as embedded
@@ -80,8 +80,7 @@ def run_sql(conn: psycopg.Connection, sql: str, params: list[str]) -> list[list[
 def server():
     """An embedded server with a version of two sample chapters live (hashing model: the examples' mechanics, not
     retrieval quality, are under test)."""
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-docs-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-docs-")
     data_dir = directory / "pg"
     docs = directory / "docs"
     docs.mkdir()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import insert_test_model, prepared_database
 
 from toolkit import cutover
 from toolkit.chunking import get_chunker
@@ -92,10 +93,25 @@ def as_reader(conn, statement: str, params) -> list[tuple]:
         return conn.execute(statement, params, prepare=False).fetchall()
 
 
-@pytest.fixture
-def sample_version(conn, make_model):
-    make_model("h", DIMS, model_name=str(DIMS))
+def build_sample_version(conn):
+    insert_test_model(conn, "h", DIMS, model_name=str(DIMS))
     return store(conn, "recursive:128:64", "h")
+
+
+# The sample's version is built once per module and copied for each test that asks (conftest's template_database).
+PREPARED_DATABASES = {"sample_version": "sample_database"}
+
+
+@pytest.fixture(scope="module")
+def sample_database(pg_admin_url, migrated_template):
+    with prepared_database(pg_admin_url, migrated_template, build_sample_version) as prepared:
+        yield prepared
+
+
+@pytest.fixture
+def sample_version(sample_database, conn):
+    """(chunks, children, the children's vectors) of the sample's version, in this test's copy of its database."""
+    return sample_database[1]
 
 
 def sql_ranking(conn, question: str, vector, depth: int) -> list[tuple[str, float]]:

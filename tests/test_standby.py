@@ -8,14 +8,12 @@ Synchronisation is on the standby's WAL replay position and on the readers' own 
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support import ready_version
+from support import ready_version, scratch_directory
 
 from toolkit import cutover
 from toolkit.cli import main
@@ -36,8 +34,7 @@ TENANTS = ("a", "b")
 
 @pytest.fixture
 def cluster_dirs():
-    directory = Path(tempfile.mkdtemp(prefix="toolkit-test-standby-"))
-    directory.chmod(0o755)
+    directory = scratch_directory("toolkit-test-standby-")
     primary, standby = directory / "primary", directory / "standby"
     yield primary, standby
     server.stop_embedded(standby)
