@@ -226,19 +226,3 @@ def test_a_version_embeds_documents_and_queries_with_its_registered_runtime(data
         # The documents were embedded by int8 (not fp32), and a query of the same text lands on them exactly.
         np.testing.assert_allclose(stored, embedder.embed_query(embed_text), atol=1e-4)
         assert np.abs(stored - full.embed_documents([embed_text])[0]).max() > 1e-3
-
-
-def test_the_thread_budget_of_the_process_bounds_onnx_runtimes_own_pool(monkeypatch):
-    """ONNX Runtime's intra-op pool ignores OMP_NUM_THREADS; the toolkit passes it on when the threads option is
-    unset (a pytest-xdist worker, a container given one core), and the option still wins."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    bounded = get_embedder("sentence-transformers:all-MiniLM-L6-v2")
-    assert bounded._onnx.session.get_session_options().intra_op_num_threads == 1
-    chosen = get_embedder("sentence-transformers:all-MiniLM-L6-v2", threads=2)
-    assert chosen._onnx.session.get_session_options().intra_op_num_threads == 2
-    for unusable in ("", "0", "two", "-1"):
-        monkeypatch.setenv("OMP_NUM_THREADS", unusable)
-        assert onnx_runtime.thread_budget() is None
-    monkeypatch.delenv("OMP_NUM_THREADS")
-    default = get_embedder("sentence-transformers:all-MiniLM-L6-v2")
-    assert default._onnx.session.get_session_options().intra_op_num_threads == 0  # ONNX Runtime's own default

@@ -73,9 +73,7 @@ class SentenceTransformerEmbedder(Embedder):
             native = int(_embedding_dimension(self._model))
             prompts = getattr(self._model, "prompts", None) or {}
         else:
-            # Unset: the thread budget the process was given (OMP_NUM_THREADS, which ONNX Runtime's own pool
-            # ignores); resolved before the per-process model cache, whose key it is part of.
-            threads = positive_int(threads, "threads", allow_none=True) or onnx_runtime.thread_budget()
+            threads = positive_int(threads, "threads", allow_none=True)
             self._model = None
             self._onnx = _load_onnx(location, self.runtime, threads)
             model_limit = self._onnx.max_seq_length

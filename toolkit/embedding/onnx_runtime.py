@@ -399,13 +399,6 @@ class OnnxModel:
         return np.stack(list(self._pool.map(self._run_one, ids))).astype(np.float32, copy=False)
 
 
-def thread_budget() -> int | None:
-    """``OMP_NUM_THREADS`` when it is a whole number ≥ 1 (a process given one core in a shared machine, e.g. a
-    pytest-xdist worker), else None (ONNX Runtime's default: one thread per physical core)."""
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(value) if value.isdigit() and int(value) >= 1 else None
-
-
 def _json(path: Path) -> dict:
     try:
         found = json.loads(path.read_text())
