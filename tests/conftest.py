@@ -176,7 +176,15 @@ def pytest_addoption(parser):
     )
 
 
+SHUFFLE_SEED_VARIABLE = "TOOLKIT_TEST_SHUFFLE_SEED"
+
+
 def pytest_configure(config):
+    if config.getoption("--shuffle") == "random" and "PYTEST_XDIST_WORKER" not in os.environ:
+        import random
+
+        # Drawn once, before pytest-xdist starts its workers (they inherit the environment).
+        os.environ[SHUFFLE_SEED_VARIABLE] = str(random.SystemRandom().randrange(10**6))
     # pytest-xdist would otherwise hand out files by their number of tests (largest first), not in the order
     # pytest_collection_modifyitems gives them: the slow files first, the README's lifecycle first of all.
     if hasattr(config.option, "loadscopereorder"):
@@ -211,7 +219,8 @@ def pytest_collection_modifyitems(config, items):
         import random
 
         if seed == "random":
-            seed = str(random.SystemRandom().randrange(10**6))
+            # One seed for the run: pytest-xdist workers must collect the same order (pytest_configure drew it).
+            seed = os.environ.get(SHUFFLE_SEED_VARIABLE) or str(random.SystemRandom().randrange(10**6))
         config._toolkit_shuffle_seed = seed
         # As pytest-randomly does: the files in a shuffled order, and the tests of each file shuffled (a
         # module-scoped fixture is then still built once per file).
@@ -237,6 +246,10 @@ def pytest_report_header(config):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    seed = getattr(config, "_toolkit_shuffle_seed", None)
+    # Under pytest-xdist the workers shuffle (this process collects nothing): the seed is the option's, or the one
+    # pytest_configure drew for 'random'.
+    seed = getattr(config, "_toolkit_shuffle_seed", None) or config.getoption("--shuffle")
+    if seed == "random":
+        seed = os.environ.get(SHUFFLE_SEED_VARIABLE)
     if seed is not None:
         terminalreporter.write_line(f"tests ran in the order of --shuffle {seed}")
