@@ -21,7 +21,10 @@ from psycopg import sql
 
 from toolkit.errors import DatabaseError
 
-ATTEMPT_TIMEOUT_MS = 500
+# Under PostgreSQL's one-second deadlock_timeout (see above), and long enough for the readers already inside a
+# transaction to finish on a loaded machine: at 500 ms, 8 readers on a machine at load 5 kept a migration from its
+# locks for the whole minute (58 attempts).
+ATTEMPT_TIMEOUT_MS = 900
 TOTAL_WAIT_S = 60.0
 SERIAL_WAIT = "10min"
 # Before the schema exists there is no private table to lock; a first installation serializes on this key.
@@ -33,6 +36,9 @@ def _exists(conn: psycopg.Connection, name: str) -> bool:
 
 
 def _holders(conn: psycopg.Connection, relations: list[str]) -> str:
+    # pg_stat_activity is a snapshot taken at its first read in this transaction (the wait for another migration may
+    # have read it a minute ago): read it afresh.
+    conn.execute("SELECT pg_catalog.pg_stat_clear_snapshot()")
     rows = conn.execute(
         "SELECT DISTINCT l.pid, a.usename, a.xact_start, l.relation::regclass::text"
         " FROM pg_catalog.pg_locks AS l LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid"
