@@ -21,10 +21,7 @@ from psycopg import sql
 
 from toolkit.errors import DatabaseError
 
-# Under PostgreSQL's one-second deadlock_timeout (see above), and long enough for the readers already inside a
-# transaction to finish on a loaded machine: at 500 ms, 8 readers on a machine at load 5 kept a migration from its
-# locks for the whole minute (58 attempts).
-ATTEMPT_TIMEOUT_MS = 900
+ATTEMPT_TIMEOUT_MS = 500
 TOTAL_WAIT_S = 60.0
 SERIAL_WAIT = "10min"
 # Before the schema exists there is no private table to lock; a first installation serializes on this key.
