@@ -17,7 +17,6 @@ import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
-from pgvector.psycopg import register_vector
 from support import ready_version
 
 from toolkit import cutover
@@ -220,10 +219,43 @@ def test_a_second_migration_waits_for_the_first_and_says_so(conn, database_url):
     assert any(f"pid {holder_pid}" in n and "Another migration is running" in n for n in results[0].notices)
 
 
+# One reader: its own process (as an application's readers are: a reader thread beside the migrating thread would
+# share its GIL, and on a loaded machine hold its transaction open while waiting for it), reading until the stop file
+# exists, then printing what it did as JSON.
+READER = r"""
+import json, os, sys
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+
+url, number, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+statements = [
+    "SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 5",
+    "SELECT chunk_id FROM toolkit.search_chunks(%s, 5)",
+]
+prepared = number % 2 == 1  # psycopg prepares a statement server-side once asked to
+done, errors = 0, []
+with psycopg.connect(url, autocommit=True) as c:
+    register_vector(c)
+    vector = np.random.default_rng(number).standard_normal(8).astype(np.float32)
+    print("ready", flush=True)
+    while not os.path.exists(stop):
+        try:
+            with c.transaction():
+                c.execute("SELECT toolkit.set_tenant('a')")
+                rows = c.execute(statements[number % 4 // 2], (vector,), prepare=prepared).fetchall()
+            assert len(rows) == 5, rows
+            done += 1
+        except Exception as error:  # counted: the test requires none
+            errors.append(f"{type(error).__name__}: {str(error).strip()[:600]}")
+print(json.dumps({"done": done, "errors": errors}), flush=True)
+"""
+
+
 @pytest.mark.slow  # a minute of readers beside every migration
-def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_url, make_model):
-    """8 readers (plain and prepared statements) through 10 migrations that re-apply everything and a downgrade
-    and upgrade of one revision: they wait for the migration, never fail (no deadlock, no error)."""
+def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_url, make_model, tmp_path):
+    """8 readers (plain and prepared statements, each its own process) through 10 migrations that re-apply everything
+    and a downgrade and upgrade of one revision: they wait for the migration, never fail (no deadlock, no error)."""
     make_model("m1", 8)
     v = ready_version(conn, "m1", 8, {"a": 200})
     cutover.activate_version(conn, v, force=True)
@@ -231,45 +263,35 @@ def test_migrations_next_to_live_readers_cause_no_reader_error(conn, database_ur
     conn.execute(f"CREATE ROLE {reader} LOGIN IN ROLE toolkit_reader")
     parts = urlsplit(database_url)
     reader_url = urlunsplit(parts._replace(netloc=f"{reader}@{parts.netloc.split('@')[-1]}"))
-    statements = [
-        "SELECT chunk_id FROM toolkit.active_chunks ORDER BY embedding <=> %s LIMIT 5",
-        "SELECT chunk_id FROM toolkit.search_chunks(%s, 5)",
+    stop = tmp_path / "stop"
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-c", READER, reader_url, str(number), str(stop)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for number in range(8)
     ]
-    stop = threading.Event()
-    errors: list[str] = []
-    done = [0]
-
-    def read(number: int) -> None:
-        prepared = number % 2 == 1  # psycopg prepares a statement server-side once asked to
-        with psycopg.connect(reader_url, autocommit=True) as c:
-            register_vector(c)
-            vector = np.random.default_rng(number).standard_normal(8).astype(np.float32)
-            while not stop.is_set():
-                try:
-                    with c.transaction():
-                        c.execute("SELECT toolkit.set_tenant('a')")
-                        rows = c.execute(statements[number % 4 // 2], (vector,), prepare=prepared).fetchall()
-                    assert len(rows) == 5
-                    done[0] += 1
-                except Exception as error:  # counted: the test requires none
-                    errors.append(f"{type(error).__name__}: {str(error).strip()[:600]}")
-
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
     try:
+        for process in readers:  # every reader connected and about to read: the migrations start beside them
+            assert process.stdout.readline().strip() == "ready", process.communicate()
         for _ in range(10):
             assert migrate.upgrade(database_url, reapply=True).changed
         migrate.downgrade(database_url, migrate.revisions()[-2])
         migrate.upgrade(database_url)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
+        stop.touch()
+        outputs = [process.communicate(timeout=120) for process in readers]
         conn.execute(f"DROP OWNED BY {reader}")
         conn.execute(f"DROP ROLE {reader}")
+    reports = []
+    for process, (out, err) in zip(readers, outputs, strict=True):
+        assert process.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    errors = [error for report in reports for error in report["errors"]]
     assert errors == [], "\n".join(errors[:3])
-    assert done[0] > 50
+    assert sum(report["done"] for report in reports) > 50
 
 
 def test_the_upgrade_removes_secrets_an_earlier_release_stored_and_names_the_aliases(empty_database_url):
