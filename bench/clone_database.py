@@ -15,19 +15,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
 import warnings
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 
-from toolkit.db import migrate, server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from support import THROWAWAY_SETTINGS, with_database
 
-SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+from toolkit.db import migrate, server
 
 
 def cluster_cpu_seconds() -> float:
@@ -53,11 +54,11 @@ def measure(root: str | None, pairs: int) -> dict[str, tuple[float, float]]:
             warnings.simplefilter("ignore")
             url = server.embedded_server(directory).get_uri()
         with psycopg.connect(url, autocommit=True) as conn:
-            for name, value in SETTINGS.items():
+            for name, value in THROWAWAY_SETTINGS.items():
                 conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
             conn.execute("SELECT pg_reload_conf()")
             conn.execute("CREATE DATABASE bench_template")
-        migrate.upgrade(urlunsplit(urlsplit(url)._replace(path="/bench_template")))
+        migrate.upgrade(with_database(url, "bench_template"))
         results = {}
         with psycopg.connect(url, autocommit=True) as conn:
             for strategy in ("WAL_LOG", "FILE_COPY"):

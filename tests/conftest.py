@@ -13,7 +13,14 @@ import warnings
 import psycopg
 import pytest
 from psycopg import sql
-from support import create_database, drop_database, insert_test_model, scratch_directory, with_database
+from support import (
+    THROWAWAY_SETTINGS,
+    create_database,
+    drop_database,
+    insert_test_model,
+    scratch_directory,
+    with_database,
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,12 +67,6 @@ def _docker_available() -> bool:
         return True
     except Exception:
         return False
-
-
-# A throwaway cluster's data dies with the test session: the tests need no crash safety against a power cut, and
-# every CREATE DATABASE (one per test that asks for a database) would otherwise wait on fsync. A killed backend
-# (the kill -9 trials) is still recovered from the WAL as on any server.
-THROWAWAY_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_wal_size": "256MB"}
 
 
 @pytest.fixture(scope="session")

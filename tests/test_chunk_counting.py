@@ -6,14 +6,12 @@ splits again a chunk over the model's input limit (in the model's tokenizer). Th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from click.testing import CliRunner
 
-import toolkit
 from toolkit.cli import main
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 
-SAMPLE = Path(toolkit.__file__).parent / "data" / "sample"
 SPEC = "recursive:128:64"
 # A hashing model with a 100-token limit: cheap, and under the chunk size, so the limit decides many chunks.
 MODEL = "hashing:16:max_input_tokens=100"
@@ -27,13 +25,13 @@ def _run(*args: str, url: str | None = None) -> str:
 
 
 def _chunked(*embedder: str) -> int:
-    stats = _run("chunk", str(SAMPLE / "docs"), "--spec", SPEC, *embedder, "--format", "stats")
+    stats = _run("chunk", str(SAMPLE_DOCS), "--spec", SPEC, *embedder, "--format", "stats")
     return int(next(line.split()[1] for line in stats.splitlines() if line.startswith("chunks ")))
 
 
 def _estimated(*embedder: str) -> tuple[int, list[str]]:
     estimate = json.loads(
-        _run("estimate", "--corpus", str(SAMPLE / "docs"), "--chunker", SPEC, *embedder, "--format", "json")
+        _run("estimate", "--corpus", str(SAMPLE_DOCS), "--chunker", SPEC, *embedder, "--format", "json")
     )
     return estimate["rows"][0]["chunks"], estimate["notes"]
 
@@ -50,15 +48,15 @@ def test_chunk_estimate_eval_and_backfill_count_the_same_chunks_for_a_model(data
 
     # Vector ranking without passages needs no database (the default embedded one must not be touched by a test).
     queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join((SAMPLE / "queries.jsonl").read_text().splitlines(keepends=True)[:5]))
+    queries.write_text("".join(SAMPLE_QUERIES.read_text().splitlines(keepends=True)[:5]))
     evaluated = json.loads(
-        _run("eval", "--corpus", str(SAMPLE / "docs"), "--queries", str(queries), "--configs", SPEC, "--model", MODEL,
+        _run("eval", "--corpus", str(SAMPLE_DOCS), "--queries", str(queries), "--configs", SPEC, "--model", MODEL,
              "--no-cache", "--retrieval", "vector:assemble=off", "--format", "json")
     )  # fmt: skip
     assert [config["chunks"] for config in evaluated["configs"]] == [counted]
 
     _run("model", "add", "h100", "--provider", "hashing", "--name", "16", "--max-input-tokens", "100", url=database_url)
-    _run("ingest", str(SAMPLE / "docs"), "--tenant", "acme", url=database_url)
+    _run("ingest", str(SAMPLE_DOCS), "--tenant", "acme", url=database_url)
     built = json.loads(_run("backfill", "--model", "h100", "--chunker", SPEC, "--format", "json", url=database_url))
     assert built["rows_written"] == counted
 
@@ -72,7 +70,7 @@ def test_a_model_limit_under_the_chunk_size_never_repeats_a_chunk():
     from toolkit.embedding import get_embedder
     from toolkit.text.sources import read_documents
 
-    documents = list(read_documents([str(SAMPLE / "docs")]))
+    documents = list(read_documents([str(SAMPLE_DOCS)]))
     for limit in (40, 100):
         embedder = get_embedder(f"hashing:16:max_input_tokens={limit}")
         for spec in ("recursive:128:64", "fixed:128:64", "sentence:128:1", "markdown:128:32"):

@@ -5,16 +5,13 @@ import io
 import json
 import re
 import threading
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-import toolkit
 from toolkit.cli import main
+from toolkit.evaluation.queries import SAMPLE_DOCS, SAMPLE_QUERIES
 from toolkit.progress import Progress
-
-SAMPLE = Path(toolkit.__file__).parent / "data" / "sample"
 
 
 class Terminal(io.StringIO):
@@ -183,11 +180,11 @@ def _progress_lines(stderr: str, label: str) -> list[str]:
 def lifecycle(database_url, tmp_path):
     """Two hashing versions of the sample (v1 active, v2 a candidate) and 12 of its labelled questions."""
     queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join((SAMPLE / "queries.jsonl").read_text().splitlines(keepends=True)[:12]))
+    queries.write_text("".join(SAMPLE_QUERIES.read_text().splitlines(keepends=True)[:12]))
     quiet = {"TOOLKIT_PROGRESS": "never"}
     _cli(database_url, "model", "add", "h", "--provider", "hashing", "--name", "16", env=quiet)
     _cli(database_url, "model", "add", "h2", "--provider", "hashing", "--name", "24", env=quiet)
-    _cli(database_url, "ingest", str(SAMPLE / "docs"), "--tenant", "acme", env=quiet)
+    _cli(database_url, "ingest", str(SAMPLE_DOCS), "--tenant", "acme", env=quiet)
     _cli(database_url, "backfill", "--model", "h", "--chunker", "recursive:128:64", env=quiet)
     _cli(database_url, "cutover", "--model", "h", "--force", env=quiet)
     return database_url, queries
@@ -198,14 +195,14 @@ SHADOW = "shadow --model h2 --chunker recursive:128:64 --tenant acme --queries"
 EVAL = "eval --configs fixed:200:0 --model hashing:16 --no-cache --corpus"
 
 
-def _commands(url, queries, tmp_path):
+def _commands(url, queries):
     """(label, arguments) of each long command, in an order that leaves each one work to do."""
     return [
-        ("ingest", ["ingest", str(SAMPLE / "docs"), "--tenant", "beta"]),
+        ("ingest", ["ingest", str(SAMPLE_DOCS), "--tenant", "beta"]),
         ("backfill", ["backfill", "--model", "h2", "--chunker", "recursive:128:64"]),
         ("verify", [*VERIFY.split(), str(queries)]),
         ("shadow", [*SHADOW.split(), str(queries)]),
-        ("eval", [*EVAL.split(), str(SAMPLE / "docs"), "--queries", str(queries)]),
+        ("eval", [*EVAL.split(), str(SAMPLE_DOCS), "--queries", str(queries)]),
     ]
 
 
@@ -214,7 +211,7 @@ UNITS = {"ingest": "documents", "backfill": "chunks", "verify": "questions", "sh
 
 def test_each_long_command_draws_progress_in_its_unit_on_stderr_and_none_under_quiet(lifecycle, tmp_path):
     url, queries = lifecycle
-    for label, arguments in _commands(url, queries, tmp_path):
+    for label, arguments in _commands(url, queries):
         drawn = _cli(url, *arguments, "--format", "json", env={"TOOLKIT_PROGRESS": "always"})
         json.loads(drawn.stdout)  # stdout is the JSON alone
         lines = _progress_lines(drawn.stderr, label)
@@ -225,7 +222,7 @@ def test_each_long_command_draws_progress_in_its_unit_on_stderr_and_none_under_q
                                       env={"TOOLKIT_PROGRESS": "always"}).stderr, "backfill")  # fmt: skip
     assert re.search(r"backfill: [\d,]+ chunks \(100%\), .*documents 14/14", backfilled[-1]), backfilled
     # --quiet (even when forced on) and a stderr that is not a terminal (nothing forced) draw nothing.
-    for label, arguments in _commands(url, queries, tmp_path):
+    for label, arguments in _commands(url, queries):
         for chunker, options, env in (("fixed:80:0", ["--quiet"], "always"), ("fixed:96:0", [], "")):
             if label == "backfill":
                 arguments = ["backfill", "--model", "h2", "--chunker", chunker]

@@ -219,15 +219,10 @@ def test_filters_apply_and_k_rows_still_come_back(conn, store, filters, holds):
     assert all(holds(h) for h in hits), [(h.doc_id, h.heading_path) for h in hits]
 
 
-def test_a_heading_prefix_on_a_version_without_heading_paths_is_refused_naming_its_chunker(
-    conn, make_model, database_url
-):
+def test_a_heading_prefix_on_a_version_without_heading_paths_is_refused_naming_its_chunker(conn, skewed, database_url):
     """Issue 23 item 7: `--filter heading_prefix=…` on a version whose chunker stores no heading paths returned
     nothing, silently. SQL now says so (asked only after a filtered search came back empty), on every retrieval."""
-    make_model("r", 16, model_name="16")
-    v = versions.create_version(conn, "r", "fixed:10:0", "fixed:10:0@1")
-    fill_version(conn, v, 16, {"big": 50})
-    activate(conn, v)
+    v = skewed
     q = np.random.default_rng(5).standard_normal(16).astype(np.float32)
     for how in ({"retrieval": "vector"}, {"retrieval": "passages"}, {"retrieval": "hybrid"}, {"expand": "window:1"}):
         with pytest.raises(InputError) as refused:

@@ -166,9 +166,6 @@ def query_embedder(conn: psycopg.Connection, model: dict | ServingModel | None =
         return _embedders[key]
 
 
-validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
-
-
 def search(
     conn: psycopg.Connection,
     query: str | Sequence[float] | np.ndarray,
@@ -214,7 +211,7 @@ def search(
     VersionUnavailableError: read the serving model again and retry. With the query log on (toolkit query-log), a
     share of questions is logged.
     """
-    validate_tenant(tenant)
+    validation.check_tenant(tenant)
     validation.RESULTS.check(k)
     validation.EF_SEARCH.check_optional(ef_search)
     validation.VERSION_NUMBER.check_optional(version)
@@ -316,12 +313,6 @@ def log_query(
     return write_logged_question(conn, tenant, question, hits[0].version, k, results, latency_ms, request_key, role)
 
 
-def applies_access_labels(conn: psycopg.Connection, role: str | None = READER_ROLE) -> bool:
-    """Whether a search on this connection sees only what access labels allow: False for a service role (writer,
-    owner) that cannot take the reader role, which sees every labelled chunk of the tenant."""
-    return labels_apply(conn, role)
-
-
 def _hit(row: dict) -> SearchHit:
     if "hit_ranks" in row:  # a passage (search_passages)
         return SearchHit(
@@ -373,8 +364,9 @@ def search_request(
 ) -> list[SearchHit]:
     """``search`` of a question as a request gives it: ``filters`` may be KEY=VALUE pairs (``parse_filters``), and
     ``on_unlabelled`` is called first when this login is a service role for which access labels are not applied
-    (``applies_access_labels``). ``options`` are ``search``'s."""
-    if on_unlabelled is not None and not applies_access_labels(conn):
+    (``store.serving.labels_apply``: False for a service role that cannot take the reader role). ``options`` are
+    ``search``'s."""
+    if on_unlabelled is not None and not labels_apply(conn):
         on_unlabelled()
     chosen = filters if isinstance(filters, dict) else parse_filters(filters)
     return search(conn, question, tenant, k, filters=chosen, **options)

@@ -209,7 +209,7 @@ class EmbeddingCache:
                 self._db.executemany(
                     "INSERT OR REPLACE INTO embeddings (model, kind, text_hash, vector) VALUES (?, ?, ?, ?)",
                     [
-                        (*key, vector.astype(np.float32).tobytes())
+                        (*key, vector.tobytes())  # float32: _embed made every vector so
                         for (key, _), vector in zip(block, vectors, strict=True)
                     ],
                 )

@@ -443,4 +443,4 @@ def _model_embedder(model: str | None, connect):
     from toolkit.store.models import embedder_for_model, get_model
 
     with connect() as conn:
-        return embedder_for_model(get_model(conn, model))
+        return embedder_for_model(get_model(conn, model), cached=False)  # the evaluation's own cache is in front

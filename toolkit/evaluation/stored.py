@@ -41,7 +41,7 @@ def score_stored_version(
     alias, chunker_version, _, dims = version_info(conn, version)
     documents = tenant_documents(conn, tenant)
     labelled = load_queries(queries, documents)
-    embedder = embedder_for_model(get_model(conn, alias), dims)
+    embedder = embedder_for_model(get_model(conn, alias), dims, cached=False)  # scored through `cache`
     stored, missing = stored_chunks(conn, version, tenant)
     if missing:
         raise InputError(

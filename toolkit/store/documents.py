@@ -9,11 +9,8 @@ from collections.abc import Iterable
 import psycopg
 from psycopg.types.json import Jsonb
 
-from toolkit import validation
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
-
-validate_tenant = validation.check_tenant  # the one tenant rule (toolkit.validation)
 
 
 def document_tenants(conn: psycopg.Connection) -> dict[str, int]:

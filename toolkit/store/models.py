@@ -149,8 +149,9 @@ def list_models(conn: psycopg.Connection) -> list[Model]:
 parse_options = validation.parse_options
 
 
-def embedder_for_model(model: Model, dimensions: int | None = None, **options):
-    """Builds the embedder a registered model describes (API keys come from the environment)."""
+def embedder_for_model(model: Model, dimensions: int | None = None, *, cached: bool = True, **options):
+    """Builds the embedder a registered model describes (API keys come from the environment). ``cached=False``: never
+    through TOOLKIT_EMBEDDING_CACHE (a caller that puts its own EmbeddingCache in front, as the evaluation does)."""
     settings = dict(model.options)
     settings.update(options)
     key_variable = settings.get("api_key_env")
@@ -181,7 +182,7 @@ def embedder_for_model(model: Model, dimensions: int | None = None, **options):
         # learnt it from its first answer would, with several workers, blame the right answer for the wrong one).
         embedder.dimensions = dimensions or model.dimensions
     # TOOLKIT_EMBEDDING_CACHE (unset by default): a local model's vectors read from and written to a disk cache.
-    return cached_when_configured(embedder)
+    return cached_when_configured(embedder) if cached else embedder
 
 
 def _with_runtime(options: dict | None, embedder) -> dict:
