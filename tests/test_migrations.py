@@ -21,7 +21,7 @@ from support import ready_version
 
 from toolkit import cutover
 from toolkit.cli import main
-from toolkit.db import migrate, sql_files
+from toolkit.db import migrate, migration_locks, sql_files
 from toolkit.db.connection import connect
 from toolkit.errors import DatabaseError
 
@@ -217,6 +217,74 @@ def test_a_second_migration_waits_for_the_first_and_says_so(conn, database_url):
         thread.join(timeout=60)
     assert len(results) == 1 and results[0].changed
     assert any(f"pid {holder_pid}" in n and "Another migration is running" in n for n in results[0].notices)
+
+
+def _waits(conn: psycopg.Connection, pid: int) -> tuple[set[str], set[str]]:
+    """The toolkit relations session ``pid`` holds a lock on, and those it waits for (not the migration's own lock)."""
+    rows = conn.execute(
+        "SELECT relation::regclass::text, granted FROM pg_locks WHERE pid = %s"
+        " AND relation IN (SELECT oid FROM pg_class WHERE relnamespace = 'toolkit'::regnamespace)"
+        " AND relation <> 'toolkit.migration_lock'::regclass",
+        (pid,),
+    ).fetchall()
+    return {name for name, granted in rows if granted}, {name for name, granted in rows if not granted}
+
+
+def _until(condition, what: str) -> None:
+    for _ in range(1500):
+        if condition():
+            return
+        time.sleep(0.02)
+    pytest.fail(what)
+
+
+def test_the_migration_learns_the_order_readers_lock_in(conn, database_url):
+    """A reader of an earlier release takes the tables before the tenant bindings (the reverse of this release's
+    order): the migration's first attempt waits for the reader while holding the bindings the reader then asks
+    for. Its next attempt waits for what the reader holds first, holding nothing the reader could wait for."""
+    reader = psycopg.connect(database_url)
+    migrating = psycopg.connect(database_url)
+    reader.execute("LOCK TABLE toolkit.versions IN ACCESS SHARE MODE")
+    notices: list[str] = []
+    failures: list[BaseException] = []
+
+    def migrate_locks() -> None:
+        try:
+            migration_locks.lock_for_migration(migrating, say=notices.append)
+        except BaseException as error:  # reported by the test
+            failures.append(error)
+
+    thread = threading.Thread(target=migrate_locks)
+    thread.start()
+    pid = migrating.info.backend_pid
+    try:
+        _until(
+            lambda: (
+                _waits(conn, pid) == (_waits(conn, pid)[0], {"toolkit.versions"})
+                and "toolkit.tenant_bindings" in _waits(conn, pid)[0]
+            ),
+            "the migration's first attempt did not hold the bindings and wait for the reader's table",
+        )
+        asks = threading.Thread(
+            target=reader.execute, args=("LOCK TABLE toolkit.tenant_bindings IN ACCESS SHARE MODE",)
+        )
+        asks.start()  # the reader asks for the bindings: a deadlock that only the migration's attempt timeout breaks
+        asks.join(timeout=60)
+        assert not asks.is_alive() and not failures
+        _until(
+            lambda: _waits(conn, pid) == (set(), {"toolkit.versions"}),
+            "the migration's next attempt did not wait for the reader's table first, holding nothing",
+        )
+        reader.commit()
+        thread.join(timeout=60)
+        assert not thread.is_alive() and not failures, failures
+        assert notices == ["Waiting for open transactions on the toolkit's views and tables before migrating…"]
+        held, waiting = _waits(conn, pid)
+        assert {"toolkit.tenant_bindings", "toolkit.versions", "toolkit.active_chunks"} <= held and not waiting
+    finally:
+        reader.close()
+        thread.join(timeout=60)
+        migrating.close()
 
 
 # One reader: its own process (as an application's readers are: a reader thread beside the migrating thread would

@@ -2,11 +2,19 @@
 
 One migration at a time: the second waits for the first (on a private table no reader may lock, or, before the
 schema exists, on a transaction-level advisory lock) and says so. Then every view and table of the schema is
-locked in one statement in the order readers take them: ``toolkit.tenant_bindings`` first (``toolkit.set_tenant``,
-a reader transaction's first statement, reads it), then the views, then the tables. Each attempt waits at most
-``ATTEMPT_TIMEOUT_MS``, less than PostgreSQL's one-second deadlock timeout, so a reader is never chosen as a deadlock
-victim: the migration gives up its partial locks (a savepoint), waits a little and tries again, and after
-``TOTAL_WAIT_S`` fails with a message naming who holds the locks.
+locked, one statement per relation, first in the order the current revision's readers take them:
+``toolkit.tenant_bindings`` first (``toolkit.set_tenant``, a reader transaction's first statement, reads it), then
+the views, then the tables. Each attempt waits at most ``ATTEMPT_TIMEOUT_MS`` in all, less than PostgreSQL's
+one-second deadlock timeout, so a reader is never chosen as a deadlock victim: the migration gives up its partial
+locks (a savepoint), waits a little and tries again, and after ``TOTAL_WAIT_S`` fails with a message naming who
+holds the locks.
+
+The readers' order is the installed revision's, not this one's: readers of an earlier release (0004's
+``set_tenant`` read nothing, its policies read the bindings last) take the views and tables first. Locking in an
+order the readers do not follow makes each attempt a deadlock that only the timeout breaks, and with busy readers
+nearly every attempt fails. So an attempt that times out moves the relation it waited on to the front of the order:
+the next attempt waits for it while holding nothing a reader could be queued for. A few attempts learn the readers'
+order, whatever revision they run.
 """
 
 from __future__ import annotations
@@ -96,27 +104,49 @@ def _objects(conn: psycopg.Connection) -> list[str]:
     return [name for (name,) in rows]
 
 
+def _lock_in_order(conn: psycopg.Connection, names: list[str], budget_ms: float) -> str | None:
+    """Locks ``names`` one by one, within ``budget_ms`` for all of them: None when every lock is held, else the name
+    it was waiting for when the budget ran out (and every lock this attempt took released: a savepoint)."""
+    conn.execute("SAVEPOINT toolkit_migration_lock")
+    started = time.monotonic()
+    for name in names:
+        left_ms = int(budget_ms - (time.monotonic() - started) * 1000)
+        statement = sql.SQL("SET LOCAL lock_timeout = {}; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+            sql.Literal(f"{left_ms}ms"),
+            sql.SQL(name),  # already quoted by format('%I')
+        )
+        try:
+            if left_ms >= 1:
+                conn.execute(statement)
+                continue
+        except pg_errors.LockNotAvailable:
+            pass
+        conn.execute("ROLLBACK TO SAVEPOINT toolkit_migration_lock")
+        return name
+    conn.execute("RELEASE SAVEPOINT toolkit_migration_lock")
+    return None
+
+
 def lock_for_migration(conn: psycopg.Connection, say: Callable[[str], None] = print) -> None:
     """Takes the migration lock, then every lock the migration may need (see the module docstring)."""
     _serialize(conn, say)
-    names = _objects(conn)
-    if not names:
+    order = _objects(conn)
+    if not order:
         return
-    statement = sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
-        sql.SQL(", ").join(sql.SQL(name) for name in names)  # each already quoted by format('%I')
-    )
     deadline = time.monotonic() + TOTAL_WAIT_S
     attempt = 0
-    while not _try(conn, statement, f"{ATTEMPT_TIMEOUT_MS}ms"):
+    while (waited_for := _lock_in_order(conn, order, ATTEMPT_TIMEOUT_MS)) is not None:
         attempt += 1
         if time.monotonic() >= deadline:
             raise DatabaseError(
                 f"The migration could not lock the toolkit's views and tables in {TOTAL_WAIT_S:.0f} s "
-                f"({attempt} attempts): held by {_holders(conn, names)}. Nothing was changed; run it again when "
+                f"({attempt} attempts): held by {_holders(conn, order)}. Nothing was changed; run it again when "
                 "those transactions have finished (keep reader transactions short)."
             )
         if attempt == 1:
             say("Waiting for open transactions on the toolkit's views and tables before migrating…")
+        order.remove(waited_for)  # the readers take it before what this attempt held: wait for it first next time
+        order.insert(0, waited_for)
         time.sleep(random.uniform(0.05, min(0.1 * 2**attempt, 1.0)))
     # Everything the migration alters is held now; nothing else it does should wait for long.
     conn.execute("SET LOCAL lock_timeout = '60s'")
