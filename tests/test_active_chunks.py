@@ -100,19 +100,33 @@ def test_readers_see_no_error_and_no_mixed_result_through_20_cutovers(conn, data
             with lock:
                 errors.append(error)
 
+    def reads_since(mark: int) -> list[tuple[int, ...]]:
+        with lock:
+            return results[mark:]
+
+    def until(condition, what: str) -> None:  # polls the readers' results: each swap waits for them, not a clock
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline and not errors, (what, errors[:3])
+            time.sleep(0.005)
+
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.3)
-    for _ in range(10):
-        cutover.activate_version(conn, v2, force=True)
-        time.sleep(0.02)
-        cutover.rollback_version(conn)
-        time.sleep(0.02)
-    time.sleep(0.2)
-    stop.set()
-    for t in threads:
-        t.join(timeout=30)
+    try:
+        until(lambda: len(reads_since(0)) >= 8, "the readers did not start")
+        for _ in range(10):  # each swap while readers are mid-flight, each version read before the next swap
+            mark = len(reads_since(0))
+            cutover.activate_version(conn, v2, force=True)
+            until(lambda mark=mark: (v2,) in reads_since(mark), "no reader saw the activated version")
+            mark = len(reads_since(0))
+            cutover.rollback_version(conn)
+            until(lambda mark=mark: (v1,) in reads_since(mark), "no reader saw the version rolled back to")
+        until(lambda: len(reads_since(0)) > 100, "the readers read too little")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
 
     assert not errors, errors[:3]
     assert not mixed, mixed[:2]

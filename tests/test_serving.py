@@ -119,20 +119,36 @@ def test_readers_following_the_pattern_never_fail_through_cutovers_rollbacks_and
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
     for thread in threads:
         thread.start()
+
+    def until(condition, what: str) -> None:  # polls the readers' counts: each change waits for them, not a clock
+        deadline = time.monotonic() + 60
+        while True:
+            with lock:
+                if condition():
+                    return
+            assert time.monotonic() < deadline and not errors, (what, errors[:3])
+            time.sleep(0.005)
+
     try:
+        until(lambda: counts["searches"] >= 8, "the readers did not start")
         # 20 cutovers and rollbacks, 10 canary changes, interleaved: each one while readers are mid-flight.
         changes = 0
         for round_ in range(10):
+            with lock:
+                served_second = counts["served"][second]
             cutover.activate_version(conn, second, force=True, reason=f"round {round_}")
             changes += 1
-            time.sleep(0.05)
+            until(lambda before=served_second: counts["served"][second] > before, "no reader was served the cutover")
             cutover.rollback_version(conn, reason=f"round {round_}")
             changes += 1
             serving.set_canary(conn, second, random.Random(round_).choice([5, 10, 25, 50]), force=True)
-            time.sleep(0.05)
+            with lock:
+                searches = counts["searches"]
+            until(lambda before=searches: counts["searches"] >= before + 8, "the readers stopped during the canary")
             if round_ % 2:
                 serving.end_canary(conn)
         assert changes == 20
+        until(lambda: counts["searches"] > 100, "the readers searched too little")
     finally:
         stop.set()
         for thread in threads:
