@@ -88,14 +88,16 @@ def questions(rng: np.random.Generator, chunks: list[dict], count: int) -> list[
     return labelled + made
 
 
-def corpus(rows: int, rng: np.random.Generator, pool: list[str]) -> tuple[list[dict], dict[str, str]]:
-    """Chunks (dicts) and documents (doc id → raw text) of ``rows`` chunks."""
+def corpus(
+    rows: int, rng: np.random.Generator, pool: list[str], per_document: int = CHUNKS_PER_DOCUMENT
+) -> tuple[list[dict], dict[str, str]]:
+    """Chunks (dicts) and documents (doc id → raw text) of ``rows`` chunks, ``per_document`` to a document."""
     chunks, documents = [], {}
-    for d in range(rows // CHUNKS_PER_DOCUMENT):
+    for d in range(rows // per_document):
         doc_id = f"doc-{d:07d}.md"
         rare = [made_up_word(rng) for _ in range(3)]
         texts = []
-        for _ in range(CHUNKS_PER_DOCUMENT):
+        for _ in range(per_document):
             picked = [pool[int(i)] for i in rng.integers(0, len(pool), size=int(rng.integers(4, 8)))]
             if rng.random() < 0.5:  # the document's own words, in half its chunks
                 picked.insert(int(rng.integers(0, len(picked))), f"See {' '.join(rare)}.")
@@ -122,7 +124,16 @@ def corpus(rows: int, rng: np.random.Generator, pool: list[str]) -> tuple[list[d
 
 
 class Served:
-    def __init__(self, sizes: list[int], made_questions: int, rounds: int, cold: int, seed: int, options: bool = False):
+    def __init__(
+        self,
+        sizes: list[int],
+        made_questions: int,
+        rounds: int,
+        cold: int,
+        seed: int,
+        options: bool = False,
+        per_document: int = CHUNKS_PER_DOCUMENT,
+    ):
         self.sizes, self.made_questions, self.rounds, self.cold, self.seed = (
             sizes,
             made_questions,
@@ -131,6 +142,7 @@ class Served:
             seed,
         )
         self.options = options  # also time the search options (min_score, diversity), interleaved with the rest
+        self.per_document = per_document
         self.results: dict = {"sizes": {}}
 
     # -- server --------------------------------------------------------------------------------------------
@@ -388,7 +400,7 @@ class Served:
             )
             for size in self.sizes:
                 result: dict = {}
-                rows, documents = corpus(size, rng, pool)
+                rows, documents = corpus(size, rng, pool, self.per_document)
                 t = time.perf_counter()
                 vectors = self.embed([r["text"] for r in rows])
                 result["embed_s"] = time.perf_counter() - t
@@ -561,11 +573,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--options", action="store_true", help="also time min_score and diversity (printed; not for --write)"
     )
+    parser.add_argument(
+        "--chunks-per-document",
+        type=int,
+        default=CHUNKS_PER_DOCUMENT,
+        help=f"longer documents (default {CHUNKS_PER_DOCUMENT}; printed, not for --write)",
+    )
     args = parser.parse_args(argv)
     if args.options and args.write:
         parser.error("--options adds rows the section does not describe: run it without --write")
+    if args.chunks_per_document != CHUNKS_PER_DOCUMENT and args.write:
+        parser.error("the section describes 10 chunks a document: run --chunks-per-document without --write")
+    if args.chunks_per_document < 1:
+        parser.error("--chunks-per-document must be 1 or more")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    results = Served(sizes, args.made_questions, args.rounds, args.cold, args.seed, args.options).run()
+    results = Served(
+        sizes, args.made_questions, args.rounds, args.cold, args.seed, args.options, args.chunks_per_document
+    ).run()
     command = ".venv/bin/python bench/search.py --served" + (
         f" --sizes {args.sizes}" if args.sizes != "10000,100000" else ""
     )
