@@ -4,6 +4,7 @@ for version tables (real inserts, real vectors), platform checks."""
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -65,6 +66,15 @@ def scratch_directory(prefix: str) -> Path:
     directory = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     directory.chmod(0o755)
     return directory
+
+
+def wait_until(condition, what: str, errors: list | tuple = (), timeout: float = 60.0) -> None:
+    """Polls ``condition`` (a state nothing notifies: other sessions' locks, readers' counts) until it holds; fails
+    with ``what`` after ``timeout`` seconds, or at once when ``errors`` holds any."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline and not errors, (what, list(errors)[:3])
+        time.sleep(0.005)
 
 
 def insert_test_model(conn, alias: str = "m1", dimensions: int = 8, **kwargs) -> str:

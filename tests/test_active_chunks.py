@@ -4,12 +4,11 @@ cutover across dimensions, and readers running through cutovers see no error and
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from support import ready_version
+from support import ready_version, wait_until
 
 from toolkit import cutover
 
@@ -104,11 +103,8 @@ def test_readers_see_no_error_and_no_mixed_result_through_20_cutovers(conn, data
         with lock:
             return results[mark:]
 
-    def until(condition, what: str) -> None:  # polls the readers' results: each swap waits for them, not a clock
-        deadline = time.monotonic() + 60
-        while not condition():
-            assert time.monotonic() < deadline and not errors, (what, errors[:3])
-            time.sleep(0.005)
+    def until(condition, what: str) -> None:  # each swap waits for the readers' results, not a clock
+        wait_until(condition, what, errors)
 
     threads = [threading.Thread(target=reader, args=(i,)) for i in range(8)]
     for t in threads:

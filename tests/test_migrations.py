@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
-from support import ready_version
+from support import ready_version, wait_until
 
 from toolkit import cutover
 from toolkit.cli import main
@@ -230,14 +230,6 @@ def _waits(conn: psycopg.Connection, pid: int) -> tuple[set[str], set[str]]:
     return {name for name, granted in rows if granted}, {name for name, granted in rows if not granted}
 
 
-def _until(condition, what: str) -> None:
-    for _ in range(1500):
-        if condition():
-            return
-        time.sleep(0.02)
-    pytest.fail(what)
-
-
 def test_the_migration_learns_the_order_readers_lock_in(conn, database_url):
     """A reader of an earlier release takes the tables before the tenant bindings (the reverse of this release's
     order): the migration's first attempt waits for the reader while holding the bindings the reader then asks
@@ -258,7 +250,7 @@ def test_the_migration_learns_the_order_readers_lock_in(conn, database_url):
     thread.start()
     pid = migrating.info.backend_pid
     try:
-        _until(
+        wait_until(
             lambda: (
                 _waits(conn, pid) == (_waits(conn, pid)[0], {"toolkit.versions"})
                 and "toolkit.tenant_bindings" in _waits(conn, pid)[0]
@@ -271,7 +263,7 @@ def test_the_migration_learns_the_order_readers_lock_in(conn, database_url):
         asks.start()  # the reader asks for the bindings: a deadlock that only the migration's attempt timeout breaks
         asks.join(timeout=60)
         assert not asks.is_alive() and not failures
-        _until(
+        wait_until(
             lambda: _waits(conn, pid) == (set(), {"toolkit.versions"}),
             "the migration's next attempt did not wait for the reader's table first, holding nothing",
         )

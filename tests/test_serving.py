@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import psycopg
 import pytest
+from support import wait_until
 
 from toolkit import cutover, search, serving
 from toolkit.backfill import backfill
@@ -120,14 +121,12 @@ def test_readers_following_the_pattern_never_fail_through_cutovers_rollbacks_and
     for thread in threads:
         thread.start()
 
-    def until(condition, what: str) -> None:  # polls the readers' counts: each change waits for them, not a clock
-        deadline = time.monotonic() + 60
-        while True:
+    def until(condition, what: str) -> None:  # each change waits for the readers' counts, not a clock
+        def holds() -> bool:
             with lock:
-                if condition():
-                    return
-            assert time.monotonic() < deadline and not errors, (what, errors[:3])
-            time.sleep(0.005)
+                return condition()
+
+        wait_until(holds, what, errors)
 
     try:
         until(lambda: counts["searches"] >= 8, "the readers did not start")

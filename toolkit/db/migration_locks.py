@@ -116,15 +116,16 @@ def _lock_in_order(conn: psycopg.Connection, names: list[str], budget_ms: float)
             sql.SQL(name),  # already quoted by format('%I')
         )
         try:
-            if left_ms >= 1:
-                conn.execute(statement)
-                continue
+            if left_ms < 1:
+                break
+            conn.execute(statement)
         except pg_errors.LockNotAvailable:
-            pass
-        conn.execute("ROLLBACK TO SAVEPOINT toolkit_migration_lock")
-        return name
-    conn.execute("RELEASE SAVEPOINT toolkit_migration_lock")
-    return None
+            break
+    else:
+        conn.execute("RELEASE SAVEPOINT toolkit_migration_lock")
+        return None
+    conn.execute("ROLLBACK TO SAVEPOINT toolkit_migration_lock")
+    return name
 
 
 def lock_for_migration(conn: psycopg.Connection, say: Callable[[str], None] = print) -> None:
