@@ -183,11 +183,13 @@ def test_bad_requests_get_one_sentence(server_url, path, body, status, words):
 def test_bodies_are_bounded_and_must_be_json(server_url):
     from toolkit.serve import MAX_BODY_BYTES
 
-    huge = httpx.post(f"{server_url}/search", content=b"{" + b" " * MAX_BODY_BYTES + b"}")
+    # Declared JSON (a body of another type is refused first: tests/test_attacks_serve.py).
+    as_json = {"Content-Type": "application/json"}
+    huge = httpx.post(f"{server_url}/search", content=b"{" + b" " * MAX_BODY_BYTES + b"}", headers=as_json)
     assert huge.status_code == 413
-    chunked = httpx.post(f"{server_url}/search", content=iter([b"{", b" " * MAX_BODY_BYTES, b"}"]))
+    chunked = httpx.post(f"{server_url}/search", content=iter([b"{", b" " * MAX_BODY_BYTES, b"}"]), headers=as_json)
     assert chunked.status_code == 413  # no Content-Length: counted as it arrives
-    assert httpx.post(f"{server_url}/search", content=b"not json").status_code == 400
+    assert httpx.post(f"{server_url}/search", content=b"not json", headers=as_json).status_code == 400
     assert httpx.get(f"{server_url}/search").status_code == 405
 
 

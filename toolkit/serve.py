@@ -3,30 +3,43 @@ language (extra ``toolkit[serve]``: Starlette on uvicorn).
 
 - ``POST /v1/embeddings``: OpenAI-compatible. ``input`` (a question or a list of them) embedded as queries with the
   model of the version that serves the request (its query prefix applied once), all from one version.
-- ``POST /search``: ``{"question": ..., "tenant": ..., "k": 5, ...}``; the same JSON as ``toolkit search --format
-  json`` (``toolkit.search.search`` with its defaults).
+- ``POST /search``: ``{"question": ..., "k": 5, ...}``; the same JSON as ``toolkit search --format json``
+  (``toolkit.search.search`` with its defaults).
 - ``GET /health``: 200 with the active version when the database answers, else 503.
 
-Every answer that comes from a version says which in ``X-Toolkit-Version``. The tenant comes from the body
-(``tenant``), the ``X-Toolkit-Tenant`` header, or ``--tenant``; the request key (canary split) from
-``request_key`` / ``user`` or ``X-Toolkit-Request-Key``. Bodies are bounded (``MAX_BODY_BYTES``), as are the inputs
-per request, the question's length and the time a statement may run. There is no authentication: it listens on a
-loopback address only."""
+Every answer that comes from a version says which in ``X-Toolkit-Version``.
+
+Trust comes from the deployment, not the request (docs/security.md#toolkit-serves-trust-model): with
+``trust_proxy_headers`` the tenant and the principals come only from the headers a trusted proxy sets
+(``X-Toolkit-Tenant``, ``X-Toolkit-Principals``) and a body naming either is refused; without it (direct use on
+loopback: every local process is trusted) they may come from the body or the headers, which must agree; a pinned
+``tenant`` (``serve --tenant``) cannot be changed by a request. Only loopback names (and ``allowed_hosts``) are
+taken as Host and Origin, and POST bodies must be ``application/json`` (DNS rebinding, cross-origin pages).
+
+What one caller can cost is bounded: the request head (``MAX_HEAD_BYTES``) and the time to send it
+(``HEAD_TIMEOUT``, also the idle keep-alive time), the body (``MAX_BODY_BYTES``, ``BODY_TIMEOUT``, ``MAX_JSON_DEPTH``),
+k (``MAX_K``), the requests in flight (``workers_limit``), the searches running at once (the pool, and a smaller
+share of it for large k) and the time a statement may run (504 beyond). There is no authentication: it listens
+on a loopback address only."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import ipaddress
 import json
+import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -46,12 +59,24 @@ from toolkit.integrations._core import ConnectionPool
 from toolkit.validation import MAX_ARGUMENT_CHARS
 
 MAX_BODY_BYTES = 256 * 1024
+MAX_HEAD_BYTES = 16 * 1024  # the request line and headers
+MAX_JSON_DEPTH = 32  # arrays and objects inside each other in a body (the deepest legal body has 4)
+HEAD_TIMEOUT = 5.0  # seconds from the connection (or the previous answer) until a request head is complete
+BODY_TIMEOUT = 10.0  # seconds for the body once its head is in
+MAX_CONNECTIONS = 1024  # open sockets; beyond, the one waiting longest for a head is closed
 MAX_INPUTS = 64  # questions per /v1/embeddings request
 MAX_QUESTION_CHARS = MAX_ARGUMENT_CHARS
+# k per search: one search_passages call cost 49 ms at k 5, 2.9 s at k 100, 16 s at 250 (issue 39; growth ~k²), so
+# serve stops at 100; docs/benchmarks.md#a-hostile-caller-of-toolkit-serve has this machine's figures.
+MAX_K = 100
+LARGE_K = 20  # searches asking more share a smaller budget (a quarter of the pool), so small ones always find room
+MAX_EXPAND_WINDOW = 5  # expand window:N reads k x (2N + 1) chunks
 STATEMENT_TIMEOUT = "10s"  # per SQL statement of a request
 POOL_WAIT_SECONDS = 10.0  # for a free database connection
 RETRIES = 3  # a version retired between serving_model() and the search: read the serving model again
 VERSION_HEADER = "X-Toolkit-Version"
+TENANT_HEADER = "X-Toolkit-Tenant"
+PRINCIPALS_HEADER = "X-Toolkit-Principals"
 SEARCH_FIELDS = {
     "question",
     "tenant",
@@ -67,18 +92,30 @@ SEARCH_FIELDS = {
 }
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions", "user", "tenant", "request_key"}
 
+log = logging.getLogger("toolkit.serve")
+
 
 class RequestError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
-        self.status, self.kind, self.code = status, kind, code
+        self.status, self.kind, self.code, self.headers = status, kind, code, headers
 
 
 @dataclass
 class ServerSettings:
     database_url: str
-    tenant: str | None = None  # the default tenant (a single-tenant deployment)
+    tenant: str | None = None  # pinned: every request is for this tenant (a single-tenant deployment)
     pool_size: int = 8
+    trust_proxy_headers: bool = False  # tenant and principals only from a trusted proxy's headers
+    allowed_hosts: Sequence[str] = ()  # Host / Origin names taken besides the loopback ones
+    statement_timeout: str = STATEMENT_TIMEOUT
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -99,22 +136,61 @@ def _json(body, headers: dict | None = None) -> Response:
     return Response(json.dumps(body, default=_plain), media_type="application/json", headers=headers)
 
 
+# --- the body -----------------------------------------------------------------------------------------------------
+
+
 async def _read_json(request: Request) -> dict:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
         raise RequestError(413, f"The request body is over {MAX_BODY_BYTES} bytes.")
     received = bytearray()
-    async for chunk in request.stream():
-        received += chunk
-        if len(received) > MAX_BODY_BYTES:
-            raise RequestError(413, f"The request body is over {MAX_BODY_BYTES} bytes.")
+    try:
+        async with asyncio.timeout(BODY_TIMEOUT):
+            async for chunk in request.stream():
+                received += chunk
+                if len(received) > MAX_BODY_BYTES:
+                    raise RequestError(413, f"The request body is over {MAX_BODY_BYTES} bytes.")
+    except TimeoutError:
+        raise RequestError(
+            408, f"The request body did not arrive within {BODY_TIMEOUT:g} s of its head; send it whole."
+        ) from None
     try:
         body = json.loads(received)
+    except RecursionError:
+        raise RequestError(400, f"The body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels.") from None
     except (ValueError, UnicodeDecodeError):
-        raise RequestError(400, "The body is not JSON.") from None
+        raise RequestError(400, "The body is not JSON (UTF-8).") from None
     if not isinstance(body, dict):
         raise RequestError(400, "The body must be a JSON object.")
+    _check_structure(body)
     return body
+
+
+def _check_structure(body) -> None:
+    """Bounds what the code after the parser walks (its nesting) and refuses text PostgreSQL cannot store (a lone
+    surrogate such as \\ud800 is valid JSON but not Unicode text), before anything reaches the database."""
+    pending = [(body, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise RequestError(400, f"The body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels.")
+            items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
+            for key, item in items:
+                if key is not None:
+                    _check_text(key)
+                pending.append((item, depth + 1))
+        elif isinstance(value, str):
+            _check_text(value)
+
+
+def _check_text(value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(
+            400, "The body holds a string with a lone surrogate (such as \\ud800), which is not text; send UTF-8 text."
+        ) from None
 
 
 def _text(value, name: str, required: bool = True) -> str | None:
@@ -135,23 +211,104 @@ def _integer(value, name: str) -> int | None:
     return value
 
 
+def _labels(value, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
+        raise RequestError(400, f"{name} must be a list of non-empty strings.")
+    return [_text(label, name) for label in value]
+
+
+def _k(value) -> int:
+    k = _integer(value, "k")
+    if not 1 <= k <= MAX_K:
+        raise RequestError(
+            400,
+            f"k must be from 1 to {MAX_K}: toolkit serve returns at most {MAX_K} results per search (a search's "
+            "cost grows faster than k); page through fewer, or run toolkit search for more.",
+        )
+    return k
+
+
+# --- who the request is for -----------------------------------------------------------------------------------
+
+
+def _same(name: str, choices: list[tuple[str, object]]) -> object:
+    """The one value the places that name it agree on; two that disagree are refused, never settled."""
+    given = [(where, value) for where, value in choices if value is not None]
+    for where, value in given[1:]:
+        if value != given[0][1]:
+            raise RequestError(
+                400,
+                f"The {given[0][0]} names {name} {given[0][1]!r} but the {where} names {value!r}; a request is for "
+                "one tenant and one set of principals: send one of them.",
+            )
+    return given[0][1] if given else None
+
+
+# --- the endpoints --------------------------------------------------------------------------------------------
+
+
 class App:
     """The endpoints over one connection pool."""
 
     def __init__(self, settings: ServerSettings):
         self.settings = settings
         self.pool = ConnectionPool(size=settings.pool_size, connect=self._connect)
+        # Waiting happens here, on the event loop, not in the thread pool: a search takes a connection slot (and a
+        # large one first a slot of its smaller budget) before a thread, so small searches queue behind at most
+        # the large ones that already run, never behind all of them.
+        self.database_slots = asyncio.Semaphore(settings.pool_size)
+        self.large_slots = asyncio.Semaphore(max(1, settings.pool_size // 4))
 
     def _connect(self) -> psycopg.Connection:
         from toolkit.db.connection import connect
 
-        return connect(self.settings.database_url, autocommit=True, statement_timeout=STATEMENT_TIMEOUT)
+        return connect(self.settings.database_url, autocommit=True, statement_timeout=self.settings.statement_timeout)
 
-    def _tenant(self, request: Request, body: dict) -> str:
-        tenant = body.get("tenant") or request.headers.get("x-toolkit-tenant") or self.settings.tenant
-        if not tenant:
-            raise RequestError(400, "Name the tenant: a tenant field, an X-Toolkit-Tenant header, or serve --tenant.")
-        return _text(tenant, "tenant")
+    def _identity(self, request: Request, body: dict, *, principals: bool) -> tuple[str, list[str] | None]:
+        """The tenant and the principals: from the trusted proxy's headers only with trust_proxy_headers; else
+        from the body or the headers, which must agree; a pinned tenant cannot be changed."""
+        header_tenant = request.headers.get(TENANT_HEADER)
+        header_principals = request.headers.get(PRINCIPALS_HEADER)
+        from_header = None
+        if header_principals is not None:
+            from_header = [label.strip() for label in header_principals.split(",") if label.strip()]
+        pinned = self.settings.tenant
+        if self.settings.trust_proxy_headers:
+            for name, header in (("tenant", TENANT_HEADER), ("principals", PRINCIPALS_HEADER)):
+                if name in body:
+                    raise RequestError(
+                        400,
+                        f"This server takes {name} only from the {header} header its trusted proxy sets "
+                        f"(serve --trust-proxy-headers); leave {name} out of the body.",
+                    )
+            if header_tenant is None and pinned is None:
+                raise RequestError(
+                    401,
+                    f"The request has no {TENANT_HEADER} header: this server takes the tenant only from its trusted "
+                    "proxy, which authenticates the caller; send requests through the proxy.",
+                    kind="authentication_error",
+                )
+            tenant = _same("tenant", [("server (serve --tenant)", pinned), (f"{TENANT_HEADER} header", header_tenant)])
+            labels = from_header
+        else:
+            tenant = _same(
+                "tenant",
+                [
+                    ("server (serve --tenant)", pinned),
+                    ("body", body.get("tenant")),
+                    (f"{TENANT_HEADER} header", header_tenant),
+                ],
+            )
+            if tenant is None:
+                raise RequestError(
+                    400, f"Name the tenant: a tenant field, an {TENANT_HEADER} header, or serve --tenant."
+                )
+            body_labels = _labels(body["principals"], "principals") if body.get("principals") is not None else None
+            labels = _same("principals", [("body", body_labels), (f"{PRINCIPALS_HEADER} header", from_header)])
+        tenant = _text(tenant, "tenant")
+        if labels is not None:
+            labels = _labels(labels, "principals")
+        return tenant, (labels if principals else None)
 
     def _request_key(self, request: Request, body: dict, *names: str) -> str | None:
         for name in names:
@@ -171,7 +328,22 @@ class App:
                     raise
         raise AssertionError("unreachable")
 
-    # --- endpoints -----------------------------------------------------------------------------------------
+    async def _run(self, work, *, large: bool = False):
+        """``work(conn)`` in a thread once a database slot is free (for a large search, first a slot of its
+        budget); a slot that stays busy for POOL_WAIT_SECONDS answers 503."""
+        async with contextlib.AsyncExitStack() as slots:
+            for semaphore in (self.large_slots, self.database_slots) if large else (self.database_slots,):
+                try:
+                    await asyncio.wait_for(semaphore.acquire(), POOL_WAIT_SECONDS)
+                except TimeoutError:
+                    raise RequestError(
+                        503,
+                        f"Every database connection stayed busy for {POOL_WAIT_SECONDS:g} s; retry.",
+                        "service_unavailable",
+                        headers={"Retry-After": "1"},
+                    ) from None
+                slots.callback(semaphore.release)
+            return await run_in_threadpool(self._with_retry, work)
 
     async def health(self, request: Request) -> Response:
         def check(conn):
@@ -180,8 +352,8 @@ class App:
             return active_version(conn)
 
         try:
-            active = await run_in_threadpool(self._with_retry, check)
-        except (psycopg.Error, ToolkitError, TimeoutError) as error:
+            active = await self._run(check)
+        except (psycopg.Error, ToolkitError, TimeoutError, RequestError) as error:
             return JSONResponse({"status": "unavailable", "error": str(error).strip()}, status_code=503)
         headers = {VERSION_HEADER: str(active)} if active is not None else None
         return JSONResponse({"status": "ok", "active_version": active, "toolkit": __version__}, headers=headers)
@@ -192,16 +364,26 @@ class App:
         if unknown:
             raise RequestError(400, f"Unknown field {unknown[0]!r}; the fields are {', '.join(sorted(SEARCH_FIELDS))}.")
         question = _text(body.get("question"), "question")
-        tenant = self._tenant(request, body)
+        tenant, principals = self._identity(request, body, principals=True)
         options = {
             "request_key": self._request_key(request, body, "request_key"),
-            "principals": body.get("principals"),
+            "principals": principals,
             "version": _integer(body.get("version"), "version"),
         }
-        if body.get("hybrid"):
+        hybrid = body.get("hybrid")
+        if hybrid is not None and not isinstance(hybrid, bool):
+            raise RequestError(400, "hybrid must be true or false.")
+        if hybrid:
             options["hybrid"] = True
         if body.get("expand") is not None:
-            options["expand"] = _text(body["expand"], "expand")
+            expand = _text(body["expand"], "expand")
+            window = expand.removeprefix("window:")
+            if window != expand and window.isdigit() and int(window) > MAX_EXPAND_WINDOW:
+                raise RequestError(
+                    400,
+                    f"expand window:N takes N up to {MAX_EXPAND_WINDOW} on toolkit serve (each hit reads 2N+1 chunks).",
+                )
+            options["expand"] = expand
         # Numbers checked by search() (the same rules as the CLI's); a string is not a number here.
         for name in ("min_score", "diversity"):
             value = body.get(name)
@@ -209,19 +391,16 @@ class App:
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise RequestError(400, f"{name} must be a number.")
                 options[name] = value
-        k = _integer(body.get("k", 5), "k")
+        k = _k(body.get("k", 5))
         filters = body.get("filters") or {}
         if isinstance(filters, list):
             from toolkit.search import parse_filters
 
+            if not all(isinstance(item, str) for item in filters):
+                raise RequestError(400, "filters must be an object or a list of KEY=VALUE strings.")
             filters = parse_filters(filters)
         if not isinstance(filters, dict):
             raise RequestError(400, "filters must be an object or a list of KEY=VALUE strings.")
-        principals = options["principals"]
-        if principals is not None and (
-            not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals)
-        ):
-            raise RequestError(400, "principals must be a list of non-empty strings.")
 
         def work(conn):
             from toolkit.search import search
@@ -229,7 +408,7 @@ class App:
             chosen = {name: value for name, value in options.items() if value is not None}
             return search(conn, question, tenant, k, filters=filters, **chosen)
 
-        hits = await run_in_threadpool(self._with_retry, work)
+        hits = await self._run(work, large=k > LARGE_K)
         headers = {VERSION_HEADER: str(hits[0].version)} if hits else None
         return _json([hit.as_dict() for hit in hits], headers)
 
@@ -251,7 +430,7 @@ class App:
             raise RequestError(400, "encoding_format must be float or base64.")
         model = body.get("model")
         dimensions = _integer(body.get("dimensions"), "dimensions")
-        tenant = self._tenant(request, body)
+        tenant, _ = self._identity(request, body, principals=False)
         request_key = self._request_key(request, body, "request_key", "user")
 
         def work(conn):
@@ -259,7 +438,7 @@ class App:
 
             return embed_questions(conn, questions, tenant, request_key)
 
-        made = await run_in_threadpool(self._with_retry, work)
+        made = await self._run(work)
         if model is not None and model not in (made.model_alias, made.model_name):
             raise RequestError(
                 404,
@@ -288,34 +467,165 @@ class App:
         return _json(answer, {VERSION_HEADER: str(made.version)})
 
 
-def _errors(handler):
+def _cancelled(error: BaseException) -> bool:
+    """The statement was cancelled (statement_timeout, SQLSTATE 57014): the library wraps psycopg's QueryCanceled
+    into a DatabaseError (toolkit.db.connection.translate_errors), whose words are about a connection that failed."""
+    while error is not None:
+        if isinstance(error, psycopg.errors.QueryCanceled):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _errors(handler, settings: ServerSettings):
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
         except RequestError as error:
-            return _error(error.status, str(error), error.kind, error.code)
+            return _error(error.status, str(error), error.kind, error.code, error.headers)
         except (InputError, ModelMismatchError) as error:
             return _error(400, str(error), "invalid_request_error")
-        except (VersionUnavailableError, StateError, LockTimeoutError, DatabaseError, TimeoutError) as error:
+        except RecursionError:
+            return _error(400, f"The request nests deeper than {MAX_JSON_DEPTH} levels.", "invalid_request_error")
+        except (psycopg.Error, ToolkitError) as error:
+            if _cancelled(error):
+                return _error(
+                    504,
+                    f"The request's SQL statement ran longer than the server's statement timeout "
+                    f"({settings.statement_timeout}) and was cancelled; ask for fewer results, or retry later.",
+                    "timeout",
+                )
+            if isinstance(error, VersionUnavailableError | StateError | LockTimeoutError | DatabaseError):
+                return _error(503, str(error), "service_unavailable", headers={"Retry-After": "1"})
+            if isinstance(error, psycopg.OperationalError):
+                return _error(503, f"The database is unavailable: {str(error).strip()}", "service_unavailable")
+            if isinstance(error, EmbeddingError):
+                return _error(502, str(error), "embedding_error")
+            log.exception("toolkit serve: %s failed", request.url.path)
+            return _error(500, str(error) if isinstance(error, ToolkitError) else _INTERNAL, "server_error")
+        except TimeoutError as error:
             return _error(503, str(error), "service_unavailable", headers={"Retry-After": "1"})
-        except psycopg.errors.QueryCanceled:
-            return _error(504, f"The search took longer than {STATEMENT_TIMEOUT}.", "timeout")
-        except psycopg.OperationalError as error:
-            return _error(503, f"The database is unavailable: {str(error).strip()}", "service_unavailable")
-        except EmbeddingError as error:
-            return _error(502, str(error), "embedding_error")
-        except ToolkitError as error:
-            return _error(500, str(error), "server_error")
+        except Exception:
+            log.exception("toolkit serve: %s failed", request.url.path)
+            return _error(500, _INTERNAL, "server_error")
 
     return wrapped
+
+
+_INTERNAL = "The server failed on this request (the error is in its log); retry, and report it if it persists."
+
+
+async def _http_error(request: Request, error: HTTPException) -> Response:
+    # Starlette's own refusals (no such path, wrong method) in the same JSON shape as every other error.
+    if error.status_code == 404:
+        message = (
+            f"There is no endpoint {request.url.path}; the endpoints are POST /search, POST /v1/embeddings and GET "
+            "/health."
+        )
+    elif error.status_code == 405:
+        allowed = error.headers.get("Allow", "") if error.headers else ""
+        message = f"{request.url.path} takes {allowed or 'another method'}, not {request.method}."
+    else:
+        message = f"{error.detail}."
+    return _error(error.status_code, message, "invalid_request_error", headers=error.headers)
+
+
+# --- what reaches the endpoints: Host, Origin, content type, head size, requests in flight ------------------------
+
+
+def _host_name(value: str) -> str:
+    """The name in a Host header (``name``, ``name:port``, ``[::1]:port``), lower case."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].split("]", 1)[0]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+class Gate:
+    """ASGI middleware in front of the endpoints: refuses, in JSON, a head over MAX_HEAD_BYTES (431), a Host or
+    Origin that is not one of the server's names (421 / 403: DNS rebinding and cross-origin pages), a POST that is
+    not application/json (415: a page's 'simple' cross-origin POST) and a request beyond ``workers_limit`` in
+    flight (503). Sockets that only wait cost no request slot (the protocol closes them)."""
+
+    def __init__(self, app, allowed_hosts: Sequence[str], workers_limit: int):
+        self.app = app
+        self.allowed = {name.lower() for name in allowed_hosts}
+        self.workers_limit = workers_limit
+        self.in_flight = 0
+
+    def _allowed(self, name: str | None) -> bool:
+        if not name:
+            return False
+        if name == "localhost" or name in self.allowed:
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback
+        except ValueError:
+            return False
+
+    def _refusal(self, scope) -> JSONResponse | None:
+        headers: dict[str, str] = {}
+        size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b"")) + 16
+        for name, value in scope["headers"]:
+            size += len(name) + len(value) + 4
+            headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
+        if size > MAX_HEAD_BYTES:
+            return _error(431, f"The request head is over {MAX_HEAD_BYTES} bytes.", "invalid_request_error")
+        host = headers.get("host")
+        if not self._allowed(_host_name(host or "")):
+            return _error(
+                421,
+                f"The Host {host!r} is not a name of this server (a loopback address, localhost, or serve "
+                "--allowed-host); a page whose name was pointed at 127.0.0.1 is refused.",
+                "invalid_request_error",
+            )
+        origin = headers.get("origin")
+        if origin is not None and not self._allowed(urlsplit(origin).hostname if "://" in origin else None):
+            return _error(
+                403,
+                f"Requests from the web origin {origin!r} are refused: toolkit serve answers applications, not "
+                "pages in a browser.",
+                "permission_error",
+            )
+        if scope["method"] == "POST":
+            media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if media != "application/json":
+                return _error(
+                    415,
+                    f"The body must be sent as application/json, not {media or 'without a Content-Type'}; set "
+                    "Content-Type: application/json.",
+                    "invalid_request_error",
+                )
+        if self.in_flight >= self.workers_limit:
+            return _error(
+                503,
+                f"The server is answering {self.workers_limit} requests already; retry.",
+                "service_unavailable",
+                headers={"Retry-After": "1"},
+            )
+        return None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
 
 def create_app(settings: ServerSettings) -> Starlette:
     app = App(settings)
     routes = [
         Route("/health", app.health, methods=["GET"]),
-        Route("/search", _errors(app.search), methods=["POST"]),
-        Route("/v1/embeddings", _errors(app.embeddings), methods=["POST"]),
+        Route("/search", _errors(app.search, settings), methods=["POST"]),
+        Route("/v1/embeddings", _errors(app.embeddings, settings), methods=["POST"]),
     ]
 
     @contextlib.asynccontextmanager
@@ -323,9 +633,86 @@ def create_app(settings: ServerSettings) -> Starlette:
         yield
         app.pool.close()
 
-    starlette = Starlette(routes=routes, lifespan=lifespan)
+    starlette = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     starlette.state.toolkit = app
     return starlette
+
+
+# --- the connections ------------------------------------------------------------------------------------------
+
+
+def _protocol():
+    """uvicorn's h11 protocol with a deadline on every request head. uvicorn arms its keep-alive timer only after
+    an answer, so a socket that never completes its first head (nothing sent, half a head, a byte at a time) stayed
+    open for ever, and its ``limit_concurrency`` counts such sockets: 70 of them answered everyone else 503. Here a
+    head must be complete HEAD_TIMEOUT after the connection opened or the previous answer went out, at most
+    MAX_CONNECTIONS sockets are open (a new one closes the one waiting longest for its head), and a head h11
+    refuses is answered in JSON. The h11 protocol is chosen explicitly: with httptools installed uvicorn's
+    ``auto`` would take that one, which none of this covers."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class BoundedH11Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._head_timer = None
+            self._waiting_since = None
+            self._await_head()
+            if len(self.connections) > MAX_CONNECTIONS:
+                waiting = [c for c in self.connections if getattr(c, "_waiting_since", None) is not None]
+                min(waiting, key=lambda c: c._waiting_since, default=self)._close()
+
+        def _await_head(self) -> None:
+            self._stop_head_timer()
+            self._waiting_since = self.loop.time()
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._close)
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer, self._waiting_since = None, None
+
+        def _close(self) -> None:
+            self._stop_head_timer()
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a head came in: its request is bounded by the body and statement timeouts
+                self._stop_head_timer()
+
+        def on_response_complete(self) -> None:
+            cycle = self.cycle
+            super().on_response_complete()
+            if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request started
+                self._await_head()
+
+        def connection_lost(self, exc) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
+
+        def send_400_response(self, msg: str) -> None:
+            too_long = len(self.conn.trailing_data[0]) > MAX_HEAD_BYTES
+            status = 431 if too_long else 400
+            message = (
+                f"The request head is over {MAX_HEAD_BYTES} bytes."
+                if too_long
+                else "The request is not valid HTTP/1.1; send a well-formed request."
+            )
+            body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                         "code": None}}).encode()  # fmt: skip
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            try:
+                self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
+                self.transport.write(self.conn.send(h11.Data(data=body)))
+                self.transport.write(self.conn.send(h11.EndOfMessage()))
+            except h11.LocalProtocolError:
+                pass
+            self._close()
+
+    return BoundedH11Protocol
 
 
 def check_loopback(host: str) -> str:
@@ -346,6 +733,30 @@ def check_loopback(host: str) -> str:
     return host
 
 
+def check_allowed_host(name: str) -> str:
+    """A name ``--allowed-host`` adds to the Host / Origin names the server takes: a host name or an IP address,
+    without a port or a scheme."""
+    candidate = name.strip().lower() if isinstance(name, str) else ""
+    try:
+        ipaddress.ip_address(candidate)
+        return candidate
+    except ValueError:
+        pass
+    labels = candidate.split(".")
+    if (
+        not candidate
+        or len(candidate) > 253
+        or not all(
+            label and len(label) <= 63 and label.replace("-", "").isalnum() and label.isascii() for label in labels
+        )
+    ):
+        raise InputError(
+            f"--allowed-host {name!r} is not a host name: give a name such as rag.internal or an IP address, "
+            "without a scheme or a port."
+        )
+    return candidate
+
+
 def server(
     settings: ServerSettings,
     host: str = "127.0.0.1",
@@ -355,20 +766,24 @@ def server(
     log_level: str = "warning",
 ):
     """A uvicorn server for the app (``server.run()`` serves until stopped; ``server.run(sockets=[s])`` on a socket
-    already bound). At most ``workers_limit`` connections at once (503 beyond); idle keep-alive connections close
-    after 5 s; request heads are bounded by h11."""
+    already bound). At most ``workers_limit`` requests in flight (503 beyond; sockets waiting for a head do not
+    count); a request head must be complete HEAD_TIMEOUT after the connection or the previous answer, and hold at
+    most MAX_HEAD_BYTES."""
     import uvicorn
 
     check_loopback(host)
+    allowed = [check_allowed_host(name) for name in settings.allowed_hosts]
     config = uvicorn.Config(
-        create_app(settings),
+        Gate(create_app(settings), allowed, workers_limit),
         host=host,
         port=port,
+        http=_protocol(),
+        ws="none",
         log_level=log_level,
-        limit_concurrency=workers_limit,
-        timeout_keep_alive=5,
+        limit_concurrency=None,
+        timeout_keep_alive=int(HEAD_TIMEOUT),
         timeout_graceful_shutdown=10,
-        h11_max_incomplete_event_size=16 * 1024,
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         server_header=False,
         lifespan="on",
     )
@@ -386,4 +801,12 @@ def bound_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-__all__: Sequence[str] = ("MAX_BODY_BYTES", "ServerSettings", "bound_socket", "create_app", "server")
+__all__: Sequence[str] = (
+    "MAX_BODY_BYTES",
+    "MAX_K",
+    "ServerSettings",
+    "bound_socket",
+    "check_allowed_host",
+    "create_app",
+    "server",
+)

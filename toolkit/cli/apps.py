@@ -97,14 +97,28 @@ def embed(question, tenant, request_key, output_format) -> None:
 @click.command(short_help="Serve embeddings (OpenAI-compatible) and search over HTTP on 127.0.0.1.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="A loopback address (no authentication).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
-@click.option("--tenant", help="The tenant of requests that name none (a single-tenant deployment).")
+@click.option("--tenant", help="Serve this tenant only: a request naming another is refused (single-tenant use).")
 @click.option(
     "--pool-size", type=click.IntRange(1, 100), default=8, show_default=True, help="Database connections at most."
 )
-def serve(host, port, tenant, pool_size) -> None:
+@click.option(
+    "--trust-proxy-headers",
+    is_flag=True,
+    help="Behind an authenticating proxy: take the tenant and principals only from its X-Toolkit-Tenant and "
+    "X-Toolkit-Principals headers, and refuse a body that names them.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host / Origin name to accept besides the loopback ones (e.g. the name a proxy forwards); repeatable.",
+)
+def serve(host, port, tenant, pool_size, trust_proxy_headers, allowed_hosts) -> None:
     """Serve POST /v1/embeddings (OpenAI-compatible: the serving model, query prefix applied once), POST /search
     (the JSON of `toolkit search --format json`) and GET /health, with X-Toolkit-Version on every answer from a
-    version. See docs/serving.md#toolkit-serve."""
+    version. Who chooses the tenant and the principals, and every bound on a request: docs/serving.md#toolkit-serve
+    and docs/security.md#toolkit-serves-trust-model."""
     from toolkit.cli._context import database_url
 
     try:
@@ -113,10 +127,19 @@ def serve(host, port, tenant, pool_size) -> None:
         raise click.ClickException(
             f"toolkit serve needs the serve extra ({error.name} is missing): pip install 'toolkit[serve]'."
         ) from error
+    from toolkit.validation import check_tenant
+
     serving_http.check_loopback(host)
+    allowed = tuple(serving_http.check_allowed_host(name) for name in allowed_hosts)
+    if tenant is not None:
+        check_tenant(tenant)
     url = database_url()
-    say(f"toolkit: serving on http://{host}:{port} (Ctrl-C stops)", err=True)
-    serving_http.server(serving_http.ServerSettings(url, tenant, pool_size), host, port).run()
+    trust = "tenant and principals from the proxy's headers" if trust_proxy_headers else "every local caller trusted"
+    say(f"toolkit: serving on http://{host}:{port} ({trust}; Ctrl-C stops)", err=True)
+    settings = serving_http.ServerSettings(
+        url, tenant, pool_size, trust_proxy_headers=trust_proxy_headers, allowed_hosts=allowed
+    )
+    serving_http.server(settings, host, port).run()
 
 
 def _snippet(text: str, width: int = 60) -> str:
