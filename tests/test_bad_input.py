@@ -204,6 +204,7 @@ ROWS = [
     row("serve", "--port", "serve --host 192.0.2.1 --port {}", number(zero=REFUSED)),
     row("serve", "--tenant", "serve --host 192.0.2.1 --tenant {}", named(REFUSED)),
     row("serve", "--pool-size", "serve --host 192.0.2.1 --pool-size {}", number()),
+    row("serve", "--allowed-host", "serve --host 192.0.2.1 --allowed-host {}", named(REFUSED)),
     # db
     row("db status", "--format", "db status --format {}", choice()),
     row("db start", "--port", "db start --port {}", number(), url=False),
