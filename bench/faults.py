@@ -24,6 +24,7 @@ toolkit's commands as child processes, as a user would.
     .venv/bin/python bench/faults.py --write                 # also replace the table in docs/reliability.md
     .venv/bin/python bench/faults.py --backfill-kills 2 --postgres-kills 2 --migrations 2 --flaky-runs 0  # smoke
     .venv/bin/python bench/faults.py --hostile-pdfs-only --write  # the hostile-PDF table of docs/reliability.md
+    .venv/bin/python bench/faults.py --serve-only            # toolkit serve's slow clients and large k (printed)
 """
 
 from __future__ import annotations
@@ -727,6 +728,199 @@ def hostile_pdfs(server: Server) -> list[Scenario]:
     return scenarios
 
 
+# -- toolkit serve against hostile callers (issue 39, item 2) ---------------------------------------------------
+
+
+def _served_store(server: Server, name: str, documents: int, paragraphs: int) -> str:
+    """A database with one active version of a corpus of ``documents`` × ``paragraphs`` for tenant acme."""
+    from toolkit import cutover
+    from toolkit.backfill import backfill
+    from toolkit.db.connection import connect
+    from toolkit.ingest import ingest
+
+    url = server.create(name)
+    register(url)
+    corpus = write_corpus(server.parent / name, documents, paragraphs)
+    with connect(url, autocommit=True) as conn:
+        ingest(conn, [corpus], TENANT)
+    version = backfill(url, "h", CHUNKER).version
+    with connect(url, autocommit=True) as conn:
+        cutover.activate_version(conn, version, force=True)
+    return url
+
+
+def _toolkit_serve(url: str, *options: str) -> tuple[subprocess.Popen, str]:
+    """`toolkit serve` in its own process on a free port; its base URL once /health answers."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "--database-url", url, "serve", "--port", str(port), *options],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("toolkit serve did not start") from None
+            time.sleep(0.1)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else float("nan")
+
+
+def serve_slow_clients(server: Server, sockets: int = 70, probes: int = 100) -> Scenario:
+    """``sockets`` connections to `toolkit serve` that send nothing (six in seven) or half a request head, then
+    ``probes`` ordinary searches one after another: every probe must be answered 200, and every idle socket must
+    be closed by the server within its head timeout (5 s; counted as a failure if open after 30 s)."""
+    import selectors
+    import socket
+
+    import httpx
+
+    scenario = Scenario("39.2", f"toolkit serve: {sockets} idle or half-head sockets, then {probes} searches")
+    url = _served_store(server, "faults_serve_slow", documents=12, paragraphs=40)
+    process, base = _toolkit_serve(url, "--tenant", TENANT)
+    opened: list[socket.socket] = []
+    try:
+        address = ("127.0.0.1", int(base.rsplit(":", 1)[1]))
+        began = time.monotonic()
+        for n in range(sockets):
+            sock = socket.create_connection(address)
+            if n % 7 == 0:
+                sock.sendall(b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-")
+            opened.append(sock)
+        latencies = []
+        with httpx.Client(base_url=base, timeout=30) as client:
+            for n in range(probes):
+                scenario.trials += 1
+                started = time.perf_counter()
+                answer = client.post("/search", json={"question": f"rule {n}", "k": 5})
+                latencies.append(time.perf_counter() - started)
+                if answer.status_code != 200:
+                    scenario.fail(f"a probe got HTTP {answer.status_code}: {answer.text[:80]}")
+        selector = selectors.DefaultSelector()
+        for sock in opened:
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ)
+        closed_after: list[float] = []
+        waiting = set(opened)
+        while waiting and time.monotonic() < began + 30:
+            for key, _ in selector.select(timeout=0.5):
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    selector.unregister(key.fileobj)
+                    waiting.discard(key.fileobj)
+                    closed_after.append(time.monotonic() - began)
+        selector.close()
+        scenario.trials += sockets
+        for _ in waiting:
+            scenario.fail(f"{len(waiting)} idle sockets still open after 30 s")
+        scenario.notes.append(
+            f"probes p50 {_median(latencies) * 1000:.0f} ms; idle sockets closed {min(closed_after, default=0):.1f}-"
+            f"{max(closed_after, default=0):.1f} s after they opened"
+        )
+    finally:
+        for sock in opened:
+            sock.close()
+        process.terminate()
+        process.wait(30)
+    return scenario
+
+
+def serve_large_k(server: Server, clients: int = 8, probes: int = 30) -> list[Scenario]:
+    """What one search costs as k grows (``search()`` in process, the served default), then a small probe (k 5)
+    alone and while ``clients`` clients ask the largest k serve takes (MAX_K) without a pause, and those clients
+    asking k 1000 (refused: 400). The probe's p50 before and under load is the figure of docs/benchmarks.md."""
+    import httpx
+
+    from toolkit.db.connection import connect
+    from toolkit.search import search
+    from toolkit.serve import MAX_K
+
+    url = _served_store(server, "faults_serve_k", documents=60, paragraphs=80)
+    cost = Scenario("39.2", "one search's cost by k (search() in process, 3 runs each, median)")
+    with connect(url, autocommit=True) as conn:
+        search(conn, "rule 1", TENANT, 5)  # warm: the embedder and the plan
+        for k in (5, 20, MAX_K, 250, 1000):
+            runs = []
+            for n in range(3):
+                started = time.perf_counter()
+                search(conn, f"Document {n} paragraph {k} explains rule", TENANT, k)
+                runs.append(time.perf_counter() - started)
+            cost.trials += 3
+            cost.notes.append(f"k {k}: {_median(runs) * 1000:,.0f} ms")
+    cost.notes = ["; ".join(cost.notes)]
+
+    load_scenario = Scenario("39.2", f"toolkit serve: a k-5 probe beside {clients} clients asking k {MAX_K}")
+    process, base = _toolkit_serve(url, "--tenant", TENANT, "--pool-size", "8")
+    stop = threading.Event()
+    heavy_answers: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def probe_p50(client: httpx.Client) -> float:
+        latencies = []
+        for n in range(probes):
+            started = time.perf_counter()
+            answer = client.post("/search", json={"question": f"rule {n}", "k": 5})
+            latencies.append(time.perf_counter() - started)
+            load_scenario.trials += 1
+            if answer.status_code != 200:
+                load_scenario.fail(f"a probe got HTTP {answer.status_code}")
+        return _median(latencies)
+
+    def heavy(index: int, k: int) -> None:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            n = index
+            while not stop.is_set():
+                answer = client.post("/search", json={"question": f"Document {n} explains rule", "k": k})
+                n += clients
+                with lock:
+                    heavy_answers[answer.status_code] = heavy_answers.get(answer.status_code, 0) + 1
+
+    try:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            alone = probe_p50(client)
+            threads = [threading.Thread(target=heavy, args=(i, MAX_K)) for i in range(clients)]
+            for thread in threads:
+                thread.start()
+            time.sleep(2)  # let the heavy clients fill what they can
+            loaded = probe_p50(client)
+            stop.set()
+            for thread in threads:
+                thread.join()
+            load_scenario.notes.append(
+                f"probe p50 {alone * 1000:.0f} ms alone, {loaded * 1000:.0f} ms beside them; their answers "
+                + ", ".join(f"HTTP {status}: {n}" for status, n in sorted(heavy_answers.items()))
+            )
+            refused = Scenario("39.2", f"toolkit serve: {clients} clients asking k 1000")
+            for n in range(clients):
+                answer = client.post("/search", json={"question": f"rule {n}", "k": 1000})
+                refused.trials += 1
+                if answer.status_code != 400:
+                    refused.fail(f"HTTP {answer.status_code} instead of 400")
+            refused.notes.append("each refused with HTTP 400 and a sentence")
+    finally:
+        stop.set()
+        process.terminate()
+        process.wait(30)
+    return [cost, load_scenario, refused]
+
+
 def _rows(url: str, query: str, *params) -> list:
     from toolkit.db.connection import connect
 
@@ -775,6 +969,9 @@ def main() -> None:
     parser.add_argument(
         "--hostile-pdfs-only", action="store_true", help="only the hostile-PDF scenarios (their own table)"
     )
+    parser.add_argument(
+        "--serve-only", action="store_true", help="only toolkit serve's slow-client and large-k scenarios (printed)"
+    )
     args = parser.parse_args()
     # Started in the background by a non-interactive shell (`nohup … &`), a process inherits SIGINT ignored, and
     # so would every command it runs: the Ctrl-C trials would then measure nothing but the launcher.
@@ -790,6 +987,14 @@ def main() -> None:
     }
     started = time.monotonic()
     server = Server()
+    if args.serve_only:
+        try:
+            scenarios = [serve_slow_clients(server), *serve_large_k(server)]
+        finally:
+            server.stop()
+        machine.update(load_after=load(), seconds=time.monotonic() - started)
+        print(render(scenarios, machine))
+        return
     if args.hostile_pdfs_only:
         try:
             scenarios = hostile_pdfs(server)
@@ -818,6 +1023,8 @@ def main() -> None:
             lambda: bad_values(server, corpus),
             lambda: [heading_only(server)],
             lambda: hostile_pdfs(server),
+            lambda: [serve_slow_clients(server)],
+            lambda: serve_large_k(server),
         ]
         for step in steps:
             done = step()
