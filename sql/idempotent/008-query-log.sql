@@ -111,13 +111,84 @@ BEGIN
 END
 $$;
 
+-- The longest prefix of value that takes at most max_bytes bytes in the database's encoding, cut between characters
+-- (left() counts characters, and a character may take up to 4 bytes).
+-- Invoker: pure text arithmetic, called by log_query.
+CREATE OR REPLACE FUNCTION toolkit._prefix_within_bytes(value text, max_bytes integer)
+RETURNS text
+LANGUAGE plpgsql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer := least(char_length(value), max_bytes);
+    excess integer;
+BEGIN
+    value := left(value, n);
+    excess := octet_length(value) - max_bytes;
+    WHILE excess > 0 LOOP
+        -- Dropping ceil(excess / 4) characters drops at least that many bytes and never more than needed + 3.
+        n := n - (excess + 3) / 4;
+        value := left(value, n);
+        excess := octet_length(value) - max_bytes;
+    END LOOP;
+    RETURN value;
+END
+$$;
+
+-- The request key as the query log keeps it: unchanged up to 256 bytes; a longer one (toolkit serve accepts 10,000
+-- characters) as its leading 180 bytes, '…sha256:' and the SHA-256 of the whole key in hex (at most 254 bytes), so an
+-- operator can still find it (hash the key from the access log) without the log holding it whole.
+-- Invoker: pure text arithmetic, called by log_query.
+CREATE OR REPLACE FUNCTION toolkit._query_log_request_key(request_key text)
+RETURNS text
+LANGUAGE sql
+IMMUTABLE PARALLEL SAFE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN octet_length(request_key) <= 256 THEN request_key
+        ELSE toolkit._prefix_within_bytes(request_key, 180) || '…sha256:'
+            || encode(sha256(convert_to(request_key, 'UTF8')), 'hex')
+    END
+$$;
+
+-- Counts a question log_query skipped (past the rate, or while another transaction of the login logs) without
+-- waiting: when another open transaction holds the settings row, or under REPEATABLE READ (where taking a row
+-- another transaction changed is a serialization error), it goes uncounted: the counter is a lower bound, and no
+-- search waits for, or is failed by, someone else's transaction.
+-- Invoker: called by log_query, as the owner.
+CREATE OR REPLACE FUNCTION toolkit._count_skipped_question()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN
+        UPDATE toolkit.query_log_settings AS s SET skipped_over_rate = s.skipped_over_rate + 1
+        WHERE s.singleton IN (SELECT x.singleton FROM toolkit.query_log_settings AS x FOR UPDATE SKIP LOCKED);
+    END IF;
+END
+$$;
+
 -- Logs one served question for the transaction's tenant when logging is on; the caller decides the sample
--- (toolkit.query_log_sample_rate()). Every field is checked (a served version, k within search's bounds, results a
--- JSON array of at most search_max_k() entries of at most 4 kB each, kept to the leading 64 kB, a finite latency, a
--- request key of at most 256 bytes; the question is cut to 10,000 characters); a login past its rate per minute is skipped and counted, not refused; expired and
--- over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged: the
--- question is skipped and counted in the session's toolkit.query_log_skipped setting (the search goes on). Returns whether
--- it was logged. results is [{doc_id, start, end, rank, score}].
+-- (toolkit.query_log_sample_rate()). Refused (for a caller that passes junk): no served version, k outside search's
+-- bounds, results not a JSON array of at most search_max_k() entries of at most 4,096 bytes each, a latency that is
+-- not 0 to 86,400,000 ms, a tenant of more than 800 bytes. Bounded, never refused, so that a search is not failed by
+-- its log: the question is cut to its leading 4,096 bytes, the results to the leading entries that fit in 4,096
+-- bytes, a request key over 256 bytes to toolkit._query_log_request_key's form; a row holds at most 9,500 bytes.
+-- The rate per login holds across its sessions and transactions: one transaction of a login logs at a time (a
+-- transaction-level advisory lock, tried and never waited for) and counts the login's rows of the last minute that
+-- are committed or its own; a question sampled while another transaction of the login holds the lock, inside a
+-- REPEATABLE READ or SERIALIZABLE transaction (whose snapshot may miss rows committed since), or past the rate is
+-- skipped (false) and counted, not refused. Expired and over-cap questions are pruned at most once a minute. On a
+-- read-only standby nothing is logged: the question is skipped and counted in the session's
+-- toolkit.query_log_skipped setting (the search goes on). Returns whether it was logged. results is
+-- [{doc_id, start, end, rank, score}].
 -- Definer: an application may append to the log but never read or change it.
 CREATE OR REPLACE FUNCTION toolkit.log_query(
     question text,
@@ -152,6 +223,11 @@ BEGIN
         RAISE EXCEPTION 'a logged query needs its question and its results (a JSON array)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF octet_length(tenant) > 800 THEN  -- the toolkit's tenants are at most 200 characters
+        RAISE EXCEPTION 'a logged query''s tenant takes % bytes; the query log keeps tenants of at most 800',
+            octet_length(tenant)
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     PERFORM toolkit._check_k(k);
     IF jsonb_array_length(results) > toolkit.search_max_k() THEN
         RAISE EXCEPTION 'a logged query''s results hold % entries; a search returns at most %',
@@ -162,22 +238,19 @@ BEGIN
         RAISE EXCEPTION 'a logged query''s result entry takes more than 4,096 bytes'
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Log what was served: doc_id, start, end, rank, score.';
     END IF;
-    -- A row holds at most 64 kB of results: the leading entries that fit (a legitimate k of 1,000 may not).
-    IF octet_length(results::text) > 65536 THEN
+    -- A row holds at most 4,096 bytes of results: the leading entries that fit (about 40 of a search's hits).
+    -- Entries are kept whole: toolkit delete finds the questions to delete by the doc_id they cite.
+    IF octet_length(results::text) > 4096 THEN
         SELECT coalesce(jsonb_agg(x.value ORDER BY x.n), '[]') INTO results
         FROM (
             SELECT e.value, e.n, sum(octet_length(e.value::text) + 2) OVER (ORDER BY e.n) AS running
             FROM jsonb_array_elements(results) WITH ORDINALITY AS e (value, n)
         ) AS x
-        WHERE x.running <= 65000;
+        WHERE x.running <= 4096;
     END IF;
     IF latency_ms IS NOT NULL AND NOT (latency_ms >= 0 AND latency_ms <= 86400000) THEN
         RAISE EXCEPTION 'a logged query''s latency must be from 0 to 86,400,000 ms, not %', latency_ms
             USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF octet_length(request_key) > 256 THEN
-        RAISE EXCEPTION 'a logged query''s request key takes % bytes; at most 256 are kept', octet_length(request_key)
-            USING ERRCODE = 'program_limit_exceeded';
     END IF;
     SELECT x.model_alias, x.state INTO v FROM toolkit.versions AS x WHERE x.version = served_version;
     IF NOT FOUND OR v.state <> ALL (toolkit.version_states('serve')) THEN
@@ -185,20 +258,27 @@ BEGIN
             coalesce(v.state, 'it does not exist')
             USING ERRCODE = 'invalid_parameter_value', HINT = 'Log the version that served the question.';
     END IF;
+    -- Counting rows only sees committed ones (and this transaction's): with one logging transaction per login at a
+    -- time, and a snapshot per statement, the count is every row the login logged in the last minute.
+    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted')
+        OR NOT pg_try_advisory_xact_lock(hashtext('toolkit.query_log'), hashtext(session_user)) THEN
+        PERFORM toolkit._count_skipped_question();
+        RETURN false;
+    END IF;
     SELECT count(*) INTO recent FROM (
         SELECT FROM toolkit.query_log AS q
         WHERE q.logged_by = session_user AND q.logged_at > clock_timestamp() - INTERVAL '1 minute'
         LIMIT settings.max_per_minute
     ) AS r;
     IF recent >= settings.max_per_minute THEN
-        UPDATE toolkit.query_log_settings AS s SET skipped_over_rate = s.skipped_over_rate + 1;
+        PERFORM toolkit._count_skipped_question();
         RETURN false;
     END IF;
     INSERT INTO toolkit.query_log AS q (
         tenant, request_key, question, version, model_alias, k, results, latency_ms, logged_by
     )
-    VALUES (tenant, request_key, left(question, 10000), served_version, v.model_alias, k, results, latency_ms,
-        session_user);
+    VALUES (tenant, toolkit._query_log_request_key(request_key), toolkit._prefix_within_bytes(question, 4096),
+        served_version, v.model_alias, k, results, latency_ms, session_user);
     -- One session prunes per minute; the others skip the settings row instead of waiting for it.
     PERFORM FROM toolkit.query_log_settings AS s
     WHERE s.last_pruned_at < clock_timestamp() - INTERVAL '1 minute'

@@ -3,6 +3,7 @@ questions are personal data; the log is off (sample rate 0) until an operator tu
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -11,6 +12,8 @@ import psycopg
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, ToolkitError
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -107,23 +110,29 @@ def write_logged_question(
     request_key: str | None,
     role: str | None,
 ) -> bool:
-    """``toolkit.log_query`` as ``role`` in ``tenant``; returns whether SQL logged it (a read-only standby and the
-    per-login rate say no). Inside a caller's transaction this is a savepoint: the role and the tenant are put back as
-    they were."""
+    """``toolkit.log_query`` as ``role`` in ``tenant``; returns whether SQL logged it (a read-only standby, the
+    per-login rate and another transaction of the login logging say no). Inside a caller's transaction this is a
+    savepoint: the role and the tenant are put back as they were. The log never fails the search it records: an
+    error here (the served version retired meanwhile, a timeout, a refused field) rolls back to the savepoint, is
+    reported as a warning, and returns False, leaving the caller's transaction usable."""
     from psycopg.types.json import Jsonb
 
     from toolkit.store.serving import take_role
 
-    with translate_errors(), conn.transaction():
-        previous = conn.execute("SELECT current_setting('toolkit.tenant', true)").fetchone()[0]
-        take_role(conn, role)
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        logged = conn.execute(
-            "SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)",
-            (question, version, k, Jsonb(results), latency_ms, request_key),
-        ).fetchone()[0]
-        conn.execute("RESET ROLE")
-        conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
+    try:
+        with translate_errors(), conn.transaction():
+            previous = conn.execute("SELECT current_setting('toolkit.tenant', true)").fetchone()[0]
+            take_role(conn, role)
+            conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+            logged = conn.execute(
+                "SELECT toolkit.log_query(%s, %s, %s, %s, %s, %s)",
+                (question, version, k, Jsonb(results), latency_ms, request_key),
+            ).fetchone()[0]
+            conn.execute("RESET ROLE")
+            conn.execute("SELECT set_config('toolkit.tenant', %s, true)", (previous or "",))
+    except (ToolkitError, psycopg.Error) as error:
+        _log.warning("The query log did not record a question (the search was served): %s", error)
+        return False
     return logged
 
 
