@@ -2,9 +2,10 @@
 re-applied whenever the database ends at head. The whole upgrade is one transaction.
 
 Next to live traffic: one migration runs at a time (the second waits for the first and says so), and before any
-DDL the migration takes every lock it may need, views before tables (the order readers take them), each attempt
-bounded by a lock timeout shorter than the deadlock timeout, so it never deadlocks with a reader: it waits, retries,
-and after its attempts fails with a message naming who holds the locks. An upgrade with nothing to do takes no lock.
+DDL the migration takes every lock it may need, in the order readers take them, holding readers up at most
+``--max-stall`` at a time and never deadlocking with one; after ``--lock-timeout`` it fails naming the sessions that
+held it out, or, with ``--terminate-blockers-after``, ends them (toolkit.db.migration_locks). An upgrade with nothing
+to do takes no lock.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def run_migrations_online() -> None:
             if direction == "upgrade":
                 # What a role that is not a superuser lacks is named before anything changes.
                 preflight(driver, current=next(iter(current), None))
-            lock_for_migration(driver, say=_say)
+            lock_for_migration(driver, say=_say, policy=config.attributes.get("lock_policy"))
             if progress is not None:
                 progress.set_total(_steps(script, direction, next(iter(current), None), heads))
             context.run_migrations()

@@ -8,7 +8,8 @@ from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._context import settings as _settings
 from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION, say
-from toolkit.cli._params import Duration
+from toolkit.cli._params import Duration, Number
+from toolkit.db.migration_locks import LOCK_TIMEOUT, MAX_STALL, TERMINATE_AFTER, LockPolicy
 
 
 @click.group()
@@ -113,22 +114,54 @@ def restore(file: str, output_format: str) -> None:
 @click.argument("revision", default="head")
 @click.option("--downgrade", is_flag=True, help="Downgrade to REVISION (`base` removes the toolkit schema).")
 @click.option("--force", is_flag=True, help="With --downgrade: delete the data the downgrade drops (back it up first).")
+@click.option(
+    "--max-stall",
+    type=Number(MAX_STALL),
+    default=LockPolicy.max_stall,
+    show_default=True,
+    help="Seconds: the longest the migration queues for its locks at a time, so the longest it holds a reader up.",
+)
+@click.option(
+    "--lock-timeout",
+    type=Number(LOCK_TIMEOUT),
+    default=LockPolicy.timeout,
+    show_default=True,
+    help="Seconds: give up (nothing changed, the sessions holding it out named) after trying this long.",
+)
+@click.option(
+    "--terminate-blockers-after",
+    type=Number(TERMINATE_AFTER),
+    default=None,
+    help="Seconds: after this long, end the sessions still holding the locks it needs (each named on stderr): "
+    "cancel a running statement, terminate a transaction left idle. Off by default.",
+)
 @QUIET_OPTION
-def migrate(revision: str, downgrade: bool, force: bool, quiet: bool) -> None:
+def migrate(
+    revision: str,
+    downgrade: bool,
+    force: bool,
+    max_stall: float,
+    lock_timeout: float,
+    terminate_blockers_after: float | None,
+    quiet: bool,
+) -> None:
     """Upgrade the schema to REVISION (default head), or downgrade with --downgrade.
 
-    Wraps `alembic upgrade|downgrade`; the whole migration is one transaction.
+    Wraps `alembic upgrade|downgrade`; the whole migration is one transaction. Next to live readers it waits for
+    their transactions, holding each up at most --max-stall at a time (docs/operations.md, Next to live traffic).
     """
     from toolkit.db import migrate as migrations
     from toolkit.db.connection import resolve_database
     from toolkit.progress import Progress
 
+    locks = LockPolicy(max_stall=max_stall, timeout=lock_timeout, terminate_after=terminate_blockers_after)
     chosen = _settings()
     target = resolve_database(chosen.database_url, chosen.data_dir).url
     before = migrations.database_revision(target)
     run = migrations.downgrade if downgrade else migrations.upgrade
     options = {"force": force} if downgrade else {}
-    result = run(target, revision, progress=Progress("migrate", unit="steps", quiet=quiet), **options)
+    progress = Progress("migrate", unit="steps", quiet=quiet)
+    result = run(target, revision, progress=progress, locks=locks, **options)
     after = migrations.database_revision(target)
     _render.print_migration(result, before, after, None if downgrade else migrations.head_revision(), downgrade)
 

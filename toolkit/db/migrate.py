@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from toolkit.db.sql_files import migrations_dir
 from toolkit.errors import DatabaseError, InputError
+
+if TYPE_CHECKING:
+    from toolkit.db.migration_locks import LockPolicy
 
 VERSION_TABLE = "toolkit_alembic_version"
 
@@ -30,20 +34,50 @@ class MigrationResult:
     notices: list[str] = field(default_factory=list)
 
 
-def upgrade(url: str, revision: str = "head", *, reapply: bool = False, progress=None) -> MigrationResult:
+def upgrade(
+    url: str, revision: str = "head", *, reapply: bool = False, progress=None, locks: LockPolicy | None = None
+) -> MigrationResult:
     """Upgrades the database to ``revision`` (default: head) in one transaction; at head with this installation's
-    SQL already in place it does nothing (``reapply`` re-applies the idempotent SQL anyway)."""
+    SQL already in place it does nothing (``reapply`` re-applies the idempotent SQL anyway). ``locks``: how it gets
+    its locks next to live sessions (toolkit.db.migration_locks). A revision older than the database's is refused:
+    going back is a downgrade."""
     from alembic import command
 
-    return _run(command.upgrade, url, revision, direction="upgrade", reapply=reapply, progress=progress)
+    _refuse_going_back(url, revision)
+    return _run(
+        command.upgrade, url, revision, direction="upgrade", reapply=reapply, progress=progress, lock_policy=locks
+    )
 
 
-def downgrade(url: str, revision: str, *, force: bool = False, progress=None) -> MigrationResult:
+def downgrade(
+    url: str, revision: str, *, force: bool = False, progress=None, locks: LockPolicy | None = None
+) -> MigrationResult:
     """Downgrades the database to ``revision`` (``base`` removes the toolkit schema). A downgrade that would delete
     data is refused, naming what it would delete, unless ``force``."""
     from alembic import command
 
-    return _run(command.downgrade, url, revision, direction="downgrade", force=force, progress=progress)
+    return _run(
+        command.downgrade, url, revision, direction="downgrade", force=force, progress=progress, lock_policy=locks
+    )
+
+
+def _refuse_going_back(url: str, revision: str) -> None:
+    """An upgrade to ``base`` or to a revision older than the database's would otherwise answer "Already at …
+    (head)" and do nothing: it is refused, naming the downgrade that does it."""
+    if revision == "base":
+        raise InputError(
+            "Upgrading to base means nothing: base is no schema at all. To remove the toolkit schema run "
+            "`toolkit migrate base --downgrade` (it refuses while the database holds data, unless --force)."
+        )
+    known = revisions()
+    if revision not in known:
+        return  # head, relative revisions and unknown names: alembic and check_revision answer those
+    current = database_revision(url)
+    if current in known and known.index(revision) < known.index(current):
+        raise InputError(
+            f"The database is at revision {current}, newer than {revision}: an upgrade cannot go back. To go back "
+            f"run `toolkit migrate {revision} --downgrade` (it refuses to delete data unless --force)."
+        )
 
 
 def _run(action, url: str, revision: str, **attributes) -> MigrationResult:

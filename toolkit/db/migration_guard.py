@@ -66,13 +66,18 @@ def restore_release(connection, revision: str, *, replaced: list[str], dropped_v
     argument types), the views in ``dropped_views`` and the model registry's trigger. Functions this release added
     stay, unused, until the next upgrade replaces them, and keep their EXECUTE grants (the older release's grants
     file revokes everything first): a reader inside one of this release's functions when the downgrade commits
-    may still call them."""
+    may still call them.
+
+    Likewise the tables the older release does not know (a later release's per-version postings and statistics,
+    terms_vN and term_stats_vN) keep the privileges the roles held on them: the older release's grants file revokes
+    every table's first, and the functions kept above read them."""
     # The grants of this release's functions, to give back to those the older release does not define.
     granted = connection.execute(
         "SELECT p.proname, p.oid::regprocedure::text, r.rolname FROM pg_catalog.pg_proc AS p"
         " CROSS JOIN unnest(ARRAY['toolkit_reader', 'toolkit_writer', 'toolkit_deployer']) AS r (rolname)"
         " WHERE p.pronamespace = 'toolkit'::regnamespace AND has_function_privilege(r.rolname, p.oid, 'EXECUTE')"
     ).fetchall()
+    held = _table_privileges(connection)
     connection.execute("SET LOCAL ROLE toolkit_owner")
     # The signatures name pgvector's types unqualified: resolve them where the extension is.
     saved = connection.execute(
@@ -97,4 +102,22 @@ def restore_release(connection, revision: str, *, replaced: list[str], dropped_v
             exists = connection.execute("SELECT to_regprocedure(%s) IS NOT NULL", (signature,)).fetchone()[0]
             if exists:  # names and signatures come from the catalog, not from input
                 connection.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
+    for table, privilege, role in sorted(held - _table_privileges(connection)):
+        bare = table.removeprefix("toolkit.")
+        # a table the older release names is its own to grant; one the downgrade dropped has nothing to give back
+        exists = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()[0]
+        if exists and bare not in release_sql:
+            connection.execute(f"GRANT {privilege} ON {table} TO {role}")  # names from the catalog, not input
     connection.execute("RESET ROLE")
+
+
+def _table_privileges(connection) -> set[tuple[str, str, str]]:
+    """(table, privilege, role) for each privilege the reader, writer and deployer roles hold on the toolkit's
+    tables and views."""
+    rows = connection.execute(
+        "SELECT c.oid::regclass::text, a.privilege_type, r.rolname FROM pg_catalog.pg_class AS c"
+        " CROSS JOIN LATERAL aclexplode(c.relacl) AS a INNER JOIN pg_catalog.pg_roles AS r ON r.oid = a.grantee"
+        " WHERE c.relnamespace = 'toolkit'::regnamespace AND c.relkind IN ('r', 'v', 'p')"
+        " AND r.rolname IN ('toolkit_reader', 'toolkit_writer', 'toolkit_deployer')"
+    ).fetchall()
+    return set(rows)
