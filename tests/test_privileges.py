@@ -30,8 +30,9 @@ from toolkit.store.models import Model, insert_model
 
 ROLES = ("reader", "bound", "writer", "deployer", "owner")
 CHUNK_TABLE = "<chunk table>"
-# A version's full-text postings and statistics (terms_vN, term_stats_vN): read by every role that searches, written
-# by the chunk table's triggers only.
+# A version's full-text postings and statistics (terms_vN, term_stats_vN): no role below the owner may query them (an
+# EXPLAIN would count rows the policies remove); searches read them through toolkit._read_term_stats and
+# _read_postings; the chunk table's triggers write them.
 TERMS_TABLE = "<postings table>"
 TERM_STATS_TABLE = "<postings statistics table>"
 VERSION_TABLES = {CHUNK_TABLE: "chunks_v", TERMS_TABLE: "terms_v", TERM_STATS_TABLE: "term_stats_v"}
@@ -68,8 +69,8 @@ TABLES = {
         "writer": {"SELECT", "INSERT", "UPDATE", "DELETE"},
         "deployer": {"SELECT"},
     },
-    TERMS_TABLE: {"reader": {"SELECT"}, "bound": {"SELECT"}, "writer": {"SELECT"}, "deployer": {"SELECT"}},
-    TERM_STATS_TABLE: {"reader": {"SELECT"}, "bound": {"SELECT"}, "writer": {"SELECT"}, "deployer": {"SELECT"}},
+    TERMS_TABLE: {},
+    TERM_STATS_TABLE: {},
 }
 # Columns of toolkit.models an application may read (to embed questions like the chunks): not the price.
 READER_MODEL_COLUMNS = {
@@ -132,6 +133,8 @@ EVERYONE = {
     "_term_stats_table",
     "_postings_table",
     "_statistics_table",
+    "_read_term_stats",
+    "_read_postings",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",

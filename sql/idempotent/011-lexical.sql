@@ -157,7 +157,10 @@ AS $$
     SELECT 'toolkit.' || quote_ident(toolkit._term_stats_table(target))
 $$;
 
--- Grants on a version's postings and statistics: read for every role that searches; the triggers write them.
+-- Grants on a version's postings and statistics: none below the owner. The triggers write them; searches read them
+-- through toolkit._read_term_stats and toolkit._read_postings (below), which return the caller's own rows only. A role
+-- that could query them directly could EXPLAIN ANALYZE a lexeme lookup and learn from the rows the policies removed
+-- whether another tenant's chunks hold a guessed word (issue 39).
 CREATE OR REPLACE FUNCTION toolkit._grant_text_postings(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -170,10 +173,88 @@ DECLARE
 BEGIN
     FOREACH tbl IN ARRAY ARRAY[toolkit._postings_table(target), toolkit._statistics_table(target)] LOOP
         IF to_regclass(tbl) IS NOT NULL THEN
-            EXECUTE format('REVOKE ALL ON %s FROM public', tbl);
-            EXECUTE format('GRANT SELECT ON %s TO toolkit_reader, toolkit_writer, toolkit_deployer', tbl);
+            EXECUTE format('REVOKE ALL ON %s FROM public, toolkit_reader, toolkit_writer, toolkit_deployer', tbl);
         END IF;
     END LOOP;
+END
+$$;
+
+-- Returns who reads the postings through _read_term_stats and _read_postings, decided as the tables' policies decide
+-- it: the tenant (toolkit.current_tenant(): the tenant set, NULL for a login bound to other tenants; it fails closed
+-- as every read does), the principals set, and whether every label set is visible (the caller is a service role, as
+-- toolkit._is_service_role says of the current role). Inside a definer function the current role is the owner, so
+-- the caller is the session's role: the one SET ROLE chose (the role setting, which only a member can set), else
+-- the login.
+CREATE OR REPLACE FUNCTION toolkit._postings_reader()
+RETURNS TABLE (tenant text, principals text[], all_labels boolean)
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT
+        toolkit.current_tenant(),
+        toolkit.current_principals(),
+        pg_has_role(r.caller, 'toolkit_writer', 'USAGE') OR pg_has_role(r.caller, 'toolkit_owner', 'USAGE')
+    FROM (SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name AS caller) AS r;
+$$;
+
+-- Returns a version's full-text statistics for the given lexemes ('' for the chunk count and their tokens), summed
+-- over the rows the caller may read (its tenant, the label sets it holds a principal of): lexeme, df, tokens. A
+-- lexeme no readable chunk holds has no row. Raises undefined_table when the version's tables are gone.
+-- Definer: no role below the owner may read term_stats_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_term_stats(target integer, lexemes text[])
+RETURNS TABLE (lexeme text, df double precision, tokens double precision)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    reader record;
+BEGIN
+    SELECT * INTO reader FROM toolkit._postings_reader();
+    IF reader.tenant IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT s.lexeme, sum(s.df)::float8, sum(s.tokens)::float8 FROM %s AS s'
+        ' WHERE s.tenant = $1 AND s.lexeme = ANY ($2)'
+        '  AND ($3 OR cardinality(s.access_labels) = 0 OR s.access_labels && $4)'
+        ' GROUP BY s.lexeme HAVING sum(s.df) <> 0 OR sum(s.tokens) <> 0', toolkit._statistics_table(target))
+    USING reader.tenant, lexemes, reader.all_labels, reader.principals;
+END
+$$;
+
+-- Returns a version's postings (lexeme, chunk id, tf, the chunk's token_count) of the given lexemes that the caller
+-- may read (its tenant, the label sets it holds a principal of): of the given chunks only (chunk_ids NULL: any); with
+-- max_rows, the first max_rows in the key's order (lexeme, then chunk id: an index range, however many chunks hold
+-- the lexeme). Raises undefined_table when the version's tables are gone.
+-- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_postings(
+    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
+)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    reader record;
+BEGIN
+    SELECT * INTO reader FROM toolkit._postings_reader();
+    IF reader.tenant IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT t.lexeme, t.chunk_id, t.tf, t.token_count FROM %s AS t'
+        ' WHERE t.tenant = $1 AND t.lexeme = ANY ($2)'
+        '  AND ($3 OR cardinality(t.access_labels) = 0 OR t.access_labels && $4)%s%s',
+        toolkit._postings_table(target),
+        CASE WHEN chunk_ids IS NULL THEN '' ELSE ' AND t.chunk_id = ANY ($5)' END,
+        CASE WHEN max_rows IS NULL THEN '' ELSE ' ORDER BY t.lexeme, t.chunk_id LIMIT $6' END)
+    USING reader.tenant, lexemes, reader.all_labels, reader.principals, chunk_ids, max_rows;
 END
 $$;
 
@@ -203,10 +284,11 @@ END
 $$;
 
 -- Folds the statistics' delta rows into one row per tenant, label set and lexeme: every key (keys NULL), or the keys
--- of the rows in the given tenants, label sets (as text) and lexemes. Rows that other transactions are still adding
--- are left for a later fold. Returns false, doing nothing, when another transaction is folding (it holds the table's
--- SHARE UPDATE EXCLUSIVE lock, which writers of deltas and readers do not conflict with) or the transaction is not
--- READ COMMITTED (a snapshot older than the lock could miss another fold's work).
+-- of the rows in the given tenants, label sets (as text) and lexemes. A key whose rows sum to nothing is left with
+-- no row. Rows that other transactions are still adding are left for a later fold. Returns false, doing nothing, when
+-- another transaction is folding (it holds the table's SHARE UPDATE EXCLUSIVE lock, which writers of deltas and
+-- readers do not conflict with) or the transaction is not READ COMMITTED (a snapshot older than the lock could miss
+-- another fold's work).
 CREATE OR REPLACE FUNCTION toolkit._fold_term_stats(
     target integer, tenants text[] DEFAULT NULL, label_sets text[] DEFAULT NULL, lexemes text[] DEFAULT NULL
 )
@@ -216,17 +298,34 @@ VOLATILE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    stats text := toolkit._statistics_table(target);
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RETURN false;
     END IF;
     BEGIN
-        EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', stats);
+        EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', toolkit._statistics_table(target));
     EXCEPTION WHEN lock_not_available THEN
         RETURN false;
     END;
+    PERFORM toolkit._merge_term_stats(target, tenants, label_sets, lexemes);
+    RETURN true;
+END
+$$;
+
+-- The fold itself (see _fold_term_stats), for a caller that holds the statistics' SHARE UPDATE EXCLUSIVE lock: the
+-- rows of each key it can see become one row with their sums, or none when they sum to nothing.
+CREATE OR REPLACE FUNCTION toolkit._merge_term_stats(
+    target integer, tenants text[], label_sets text[], lexemes text[]
+)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    stats text := toolkit._statistics_table(target);
+BEGIN
     IF tenants IS NULL THEN
         EXECUTE format(
             'WITH gone AS (DELETE FROM %1$s AS s RETURNING s.*)'
@@ -244,7 +343,46 @@ BEGIN
             ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats)
             USING tenants, label_sets, lexemes;
     END IF;
-    RETURN true;
+END
+$$;
+
+-- Nets out the statistics of chunks just deleted (toolkit.delete_documents): the keys of one tenant, label sets (as
+-- text) and lexemes are folded now, in the caller's transaction, waiting for a fold in progress, so no key keeps
+-- rows (a +1 and its -1) that exist only because of a deleted document. In REPEATABLE READ or SERIALIZABLE a fold
+-- another transaction committed after this one's snapshot makes it fail with a serialization error (retry), never
+-- fold wrongly.
+CREATE OR REPLACE FUNCTION toolkit._net_term_stats(target integer, tenant text, label_sets text[], lexemes text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(lexemes) > 0 THEN
+        PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
+            format('netting out the full-text statistics of version %s', target), '30s');
+        PERFORM toolkit._merge_term_stats(
+            target, array_fill(tenant, ARRAY[cardinality(lexemes)]), label_sets, lexemes);
+    END IF;
+END
+$$;
+
+-- Removes every postings and statistics row of a tenant from a version (toolkit.erase_tenant, after deleting the
+-- tenant's chunks), in the caller's transaction, after a fold in progress: nothing of the tenant is left, not even
+-- keys whose rows sum to nothing. Rows a writer of the tenant has not committed yet stay, with their chunks.
+CREATE OR REPLACE FUNCTION toolkit._erase_text_postings(target integer, tenant text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
+        format('erasing a tenant from the full-text statistics of version %s', target), '30s');
+    EXECUTE format('DELETE FROM %s AS s WHERE s.tenant = $1', toolkit._statistics_table(target)) USING tenant;
+    EXECUTE format('DELETE FROM %s AS t WHERE t.tenant = $1', toolkit._postings_table(target)) USING tenant;
 END
 $$;
 

@@ -66,7 +66,6 @@ DECLARE
     candidates_sql text;
     pool integer;
     fusion integer;
-    stats_table text;
     text_n float8 := 0;
     text_total float8 := 0;
     known text[] := '{}';
@@ -103,21 +102,19 @@ BEGIN
     lexemes := toolkit.query_lexemes(target.text_search_config, query_text);
 
     -- Full text: the tenant's statistics (N, total tokens and each lexeme's df: sums of term_stats_vN's rows the
-    -- caller may read, found through its (tenant, lexeme) index), then the candidates' postings.
-    stats_table := toolkit._statistics_table(target.version);
+    -- caller may read, found through its (tenant, lexeme) index), then the candidates' postings. Both are read
+    -- through the definer functions that apply the tables' policies (no role below the owner may query them).
     IF cardinality(lexemes) > 0 THEN
         BEGIN
-            EXECUTE format(
-                'SELECT coalesce(sum(s.df), 0)::float8, coalesce(sum(s.tokens), 0)::float8 FROM %s AS s'
-                ' WHERE s.tenant = $1 AND s.lexeme = ''''', stats_table)
-            INTO text_n, text_total USING tenant;
-            EXECUTE format(
-                'SELECT coalesce(array_agg(x.lexeme ORDER BY x.df, x.lexeme COLLATE "C"), ''{}''),'
-                ' coalesce(array_agg(x.df ORDER BY x.df, x.lexeme COLLATE "C"), ''{}'')'
-                ' FROM (SELECT s.lexeme, sum(s.df)::float8 AS df FROM %s AS s'
-                '  WHERE s.tenant = $1 AND s.lexeme = ANY ($2) GROUP BY s.lexeme HAVING sum(s.df) > 0) AS x',
-                stats_table)
-            INTO known, known_df USING tenant, lexemes;
+            SELECT
+                coalesce(sum(s.df) FILTER (WHERE s.lexeme = ''), 0),
+                coalesce(sum(s.tokens) FILTER (WHERE s.lexeme = ''), 0),
+                coalesce(array_agg(s.lexeme ORDER BY s.df, s.lexeme COLLATE "C")
+                    FILTER (WHERE s.lexeme <> '' AND s.df > 0), '{}'),
+                coalesce(array_agg(s.df ORDER BY s.df, s.lexeme COLLATE "C")
+                    FILTER (WHERE s.lexeme <> '' AND s.df > 0), '{}')
+            INTO text_n, text_total, known, known_df
+            FROM toolkit._read_term_stats(target.version, lexemes || ''::text) AS s;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);
         END;
@@ -129,14 +126,10 @@ BEGIN
         chosen_postings := chosen_postings + known_df[i];
     END LOOP;
     IF cardinality(chosen) > 0 THEN
-        candidates_sql := format(
-            'SELECT DISTINCT t.chunk_id FROM %s AS t WHERE t.tenant = $3 AND t.lexeme = ANY ($18)',
-            toolkit._postings_table(target.version));
+        candidates_sql := 'SELECT DISTINCT t.chunk_id FROM toolkit._read_postings($4, $18) AS t';
     ELSIF cardinality(known) > 0 THEN
         rarest := known[1];
-        candidates_sql := format(
-            'SELECT t.chunk_id FROM %s AS t WHERE t.tenant = $3 AND t.lexeme = $19'
-            ' ORDER BY t.chunk_id LIMIT $20', toolkit._postings_table(target.version));
+        candidates_sql := 'SELECT t.chunk_id FROM toolkit._read_postings($4, ARRAY[$19], NULL, $20) AS t';
     ELSE
         candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
     END IF;
@@ -159,8 +152,8 @@ BEGIN
             'WITH vector_hits AS MATERIALIZED (%1$s),'
             ' text_candidates AS MATERIALIZED (%4$s),'
             ' text_rows AS MATERIALIZED (%6$s),'
-            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf FROM %5$s AS t'
-            '  WHERE t.tenant = $3 AND t.lexeme = ANY ($23) AND t.chunk_id = ANY (ARRAY(SELECT r.chunk_id FROM text_rows AS r))),'
+            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf'
+            '  FROM toolkit._read_postings($4, $23, ARRAY(SELECT r.chunk_id FROM text_rows AS r)) AS t),'
             ' text_terms AS (SELECT u.lexeme, ln(1 + ($21 - u.df + 0.5) / (u.df + 0.5)) AS idf'
             '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
             ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
@@ -178,7 +171,7 @@ BEGIN
             ' FROM fused AS x INNER JOIN %3$s AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' WHERE ($26::float8 IS NULL OR %7$s >= $26)'
             ' ORDER BY 1',
-            vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._postings_table(target.version),
+            vector_sql, NULL, target.chunk_table, candidates_sql, NULL,
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
             CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
                     f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
@@ -477,11 +470,9 @@ BEGIN
     IF budget IS NULL THEN
         BEGIN
             -- The mean chunk tokens from the version's full-text statistics (the rows the caller may read).
-            EXECUTE format(
-                'SELECT ceil($2 * $3 * coalesce(sum(s.tokens)::float8 / nullif(sum(s.df), 0)::float8, 0))::integer'
-                ' FROM %s AS s WHERE s.tenant = $1 AND s.lexeme = ''''',
-                toolkit._statistics_table(target.version))
-            INTO budget USING search_tenant, k, settings.passage_chunks;
+            SELECT ceil(k * settings.passage_chunks * coalesce(sum(s.tokens) / nullif(sum(s.df), 0), 0))::integer
+            INTO budget
+            FROM toolkit._read_term_stats(target.version, ARRAY['']) AS s;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);
         END;

@@ -4,8 +4,9 @@
 -- with dry_run, what it would remove) per table: relation, version (chunk tables), rows.
 SET LOCAL ROLE toolkit_owner;
 
--- Deletes documents of one tenant, their chunks in every live version, and the logged questions whose results cite
--- them; refuses unknown ids (nothing is deleted). A version that loses rows is marked changed (by the chunk tables'
+-- Deletes documents of one tenant, their chunks in every live version (and their postings; the full-text statistics
+-- are netted out, so none of their words stays behind), and the logged questions whose results cite them; refuses
+-- unknown ids (nothing is deleted). A version that loses rows is marked changed (by the chunk tables'
 -- version_rows_changed trigger, as every change is):
 -- a verification older than the deletion no longer counts for an unforced cutover; serving is not affected.
 -- Definer: writes the query log and the audit log, which the writer may not write directly.
@@ -22,6 +23,8 @@ DECLARE
     target text := delete_documents.tenant;
     ids text[];
     missing text[];
+    label_sets text[];
+    lexemes text[];
     v record;
     n bigint;
     counts jsonb := '{}';
@@ -65,9 +68,18 @@ BEGIN
             EXECUTE format('SELECT count(*) FROM %s WHERE tenant = $1 AND doc_id = ANY ($2)',
                 v.chunk_table) INTO n USING target, ids;
         ELSE
-            EXECUTE format('DELETE FROM %s WHERE tenant = $1 AND doc_id = ANY ($2)',
-                v.chunk_table) USING target, ids;
-            GET DIAGNOSTICS n = ROW_COUNT;
+            -- The chunks go (their postings with them, by the chunk table's trigger), then the statistics keys
+            -- their words counted in are netted out now: no +1 and -1 rows of a deleted document's words remain.
+            EXECUTE format(
+                'WITH gone AS (DELETE FROM %s AS c WHERE c.tenant = $1 AND c.doc_id = ANY ($2)'
+                '  RETURNING c.is_parent, c.access_labels, c.fts),'
+                ' keys AS (SELECT g.access_labels::text AS labels, l.lexeme FROM gone AS g'
+                '  CROSS JOIN LATERAL unnest(g.fts) AS l WHERE NOT g.is_parent'
+                '  UNION SELECT g.access_labels::text, '''' FROM gone AS g WHERE NOT g.is_parent)'
+                ' SELECT (SELECT count(*) FROM gone), array_agg(k.labels ORDER BY k.labels, k.lexeme),'
+                '  array_agg(k.lexeme ORDER BY k.labels, k.lexeme) FROM keys AS k',
+                v.chunk_table) INTO n, label_sets, lexemes USING target, ids;
+            PERFORM toolkit._net_term_stats(v.version, target, label_sets, lexemes);
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
         chunks := chunks || jsonb_build_object(v.version::text, n);
@@ -95,9 +107,9 @@ BEGIN
 END
 $$;
 
--- Erases a tenant: its documents, its rows in every live version, its logged questions and the logins' bindings
--- to it, in the caller's transaction (all or nothing). New writes to documents wait until it commits, so no ingest
--- adds a document of the tenant it did not see. Refuses a tenant of which nothing is stored.
+-- Erases a tenant: its documents, its rows in every live version (chunks, postings, statistics), its logged questions
+-- and the logins' bindings to it, in the caller's transaction (all or nothing). New writes to documents wait until it
+-- commits, so no ingest adds a document of the tenant it did not see. Refuses a tenant of which nothing is stored.
 -- Definer: deletes every table's rows of the tenant and writes the audit log, which the deployer may not do.
 CREATE OR REPLACE FUNCTION toolkit.erase_tenant(tenant text, dry_run boolean DEFAULT FALSE, reason text DEFAULT NULL)
 RETURNS TABLE (relation text, version integer, removed bigint)
@@ -139,6 +151,8 @@ BEGIN
         ELSE
             EXECUTE format('DELETE FROM %s WHERE tenant = $1', v.chunk_table) USING target;
             GET DIAGNOSTICS n = ROW_COUNT;
+            -- Not even statistics keys netted to nothing stay: every postings and statistics row of the tenant goes.
+            PERFORM toolkit._erase_text_postings(v.version, target);
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
         chunks := chunks || jsonb_build_object(v.version::text, n);
