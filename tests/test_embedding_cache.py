@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -67,11 +68,21 @@ def test_a_registered_local_model_fills_the_cache_then_reads_it_and_unset_means_
     model = get_embedder(f"sentence-transformers:{MINILM}")
     assert np.allclose(np.stack([vectors[t] for t in texts]), model.embed_documents(texts), atol=1e-5)
 
-    # A second version of the same model and chunks reads the cache: a vector planted there is what it stores.
+    # A second version of the same model and chunks reads the cache: vectors this user's toolkit wrote there under
+    # the model's identity (here by a stand-in with the same key) are what it stores. (Vectors written there by
+    # anything else fail their MAC and are recomputed: tests/test_attacks_caches.py.)
     planted = np.zeros(384, dtype=np.float32)
     planted[7] = 1.0
-    with sqlite3.connect(directory / CACHE_FILE) as db:
-        db.execute("UPDATE embeddings SET vector = ?", (planted.tobytes(),))
+    stand_in = SimpleNamespace(
+        **{name: getattr(model, name) for name in ("provider", "name", "revision", "dimensions")},
+        query_prefix=model.query_prefix,
+        document_prefix=model.document_prefix,
+        embed_documents=lambda block: np.tile(planted, (len(block), 1)),
+    )
+    assert model_key(stand_in) == model_key(model)
+    with EmbeddingCache(directory) as cache:
+        cache.forget(texts)
+        cache.embed_documents(stand_in, texts)
     register_model(conn, "second", "sentence-transformers", MINILM)
     second = backfill(database_url, "second").version
     assert all(np.array_equal(vector, planted) for vector in stored(conn, second).values())

@@ -1,17 +1,28 @@
 """An embedding cache keyed by model and text: an evaluation sweep never embeds the same text twice, and with
-``TOOLKIT_EMBEDDING_CACHE`` set, neither do the commands that embed with a registered local model (backfill, ingest,
-verify, shadow, search).
+``TOOLKIT_EMBEDDING_CACHE`` set, neither do the commands that embed documents with a registered local model
+(backfill, ingest, verify, shadow).
 
 Vectors are kept in a SQLite file (``embeddings.sqlite``) in the cache's directory, so a second sweep or a second
 build over the same chunks embeds nothing; an evaluation also keeps its run's vectors in memory. The key is the
 model's identity (provider, name, revision, dimensions and prefixes: anything that changes the vector; a local
 model's revision names its weights and runtime), whether the text is a document or a query (the prefixes differ),
-and the SHA-256 of the text. Several threads and processes may share one directory (SQLite's WAL and its lock).
+and a keyed hash of the text (HMAC-SHA256 with this user's signing key, toolkit.private_files: the file is no record
+of which texts were embedded to anyone who can guess them). Several threads and processes may share one directory
+(SQLite's WAL and its lock).
+
+Trust: the directory is created 0700 and the file 0600, and a directory or file another user owns, or that its
+group or others may write, is refused (like ssh's StrictModes). Each entry carries an HMAC over (model, kind, text
+key, vector) with the signing key, which lives outside the cache: an entry that does not verify (planted, altered,
+or from another user's cache) is never used, and is recomputed. The questions searched (search, serve, shadow:
+`CachedEmbedder`) are never written to disk: a question's key is a record of what was asked, and embedding one
+question costs milliseconds. Only an evaluation's labelled queries, the operator's own file, are cached with its
+documents. `purge` empties a cache; `forget_texts` removes given texts' entries (an erase).
 """
 
 from __future__ import annotations
 
-import hashlib
+import hmac
+import logging
 import os
 import sqlite3
 import threading
@@ -21,6 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import InputError
+from toolkit.private_files import mac, private_directory, refuse_unless_private, touch_private
+
+log = logging.getLogger(__name__)
 
 CACHE_FILE = "embeddings.sqlite"
 # The directory every command that embeds with a registered local model reads and fills when set (unset: no cache),
@@ -60,7 +74,42 @@ def model_key(embedder) -> str:
 
 
 def _digest(text: str) -> bytes:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    """The text's key: keyed, so that the cache holds no plain hash of a text that anyone could confirm a guess by."""
+    return mac("text", text)
+
+
+def _seal(model: str, kind: str, text_key: bytes, vector: bytes) -> bytes:
+    return mac("vector", model, kind, text_key, vector)
+
+
+def _refusal_hint() -> str:
+    return (
+        f"point --cache-dir or {CACHE_VARIABLE} at a directory of your own, or pass --no-cache "
+        f"(unset {CACHE_VARIABLE})."
+    )
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """The cache's SQLite file, created 0600 in a private directory (0700); an existing one is refused unless it
+    is this user's own and no one else may write it."""
+    private_directory(path.parent, "embedding cache directory", _refusal_hint())
+    for name in (path.name, path.name + "-wal", path.name + "-shm"):
+        if name == path.name or (path.parent / name).exists():
+            touch_private(path.parent / name)  # SQLite gives its -wal and -shm files the database file's mode
+            refuse_unless_private(path.parent / name, "embedding cache file", _refusal_hint())
+    db = sqlite3.connect(path, timeout=60, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA secure_delete=ON")  # what is forgotten or purged is overwritten, not left in free pages
+    columns = {row[1] for row in db.execute("PRAGMA table_info(embeddings)")}
+    if columns and "mac" not in columns:
+        # An earlier release's table: plain SHA-256 keys and unsigned vectors, nothing that could be verified.
+        db.execute("DROP TABLE embeddings")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, kind TEXT NOT NULL, text_hash BLOB NOT NULL,"
+        " vector BLOB NOT NULL, mac BLOB NOT NULL, PRIMARY KEY (model, kind, text_hash))"
+    )
+    db.commit()
+    return db
 
 
 class EmbeddingCache:
@@ -83,15 +132,8 @@ class EmbeddingCache:
         if directory is not None:
             self.path = Path(directory).expanduser() / CACHE_FILE
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 # One connection for the threads of this process (under the lock); other processes wait on SQLite's.
-                self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute(
-                    "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, kind TEXT NOT NULL,"
-                    " text_hash BLOB NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (model, kind, text_hash))"
-                )
-                self._db.commit()
+                self._db = _open(self.path)
             except (OSError, sqlite3.Error) as error:
                 raise InputError(
                     f"Cannot use the embedding cache {str(self.path)!r} ({error}); point --cache-dir or "
@@ -189,30 +231,69 @@ class EmbeddingCache:
                 if self._db is None:
                     return
                 rows = self._db.execute(
-                    "SELECT text_hash, vector FROM embeddings WHERE model = ? AND kind = ? AND text_hash IN "
+                    "SELECT text_hash, vector, mac FROM embeddings WHERE model = ? AND kind = ? AND text_hash IN "
                     f"({', '.join('?' * len(part))})",
                     (model, kind, *part),
                 ).fetchall()
-            for text_hash, blob in rows:
+            rejected = 0
+            for text_hash, blob, seal in rows:
+                if not hmac.compare_digest(seal, _seal(model, kind, text_hash, blob)):
+                    rejected += 1  # not written by this user's toolkit: recomputed (and overwritten) like a miss
+                    continue
                 key = (model, kind, text_hash)
                 vector = np.frombuffer(blob, dtype=np.float32).copy()
                 found[key] = vector
                 if self.remember:
                     self.memory[key] = vector
                 missing.pop(key, None)
+            if rejected:
+                log.warning(
+                    "%d vectors in the embedding cache %s failed verification (written by something other than "
+                    "this user's toolkit); they are recomputed.",
+                    rejected,
+                    self.path,
+                )
 
     def _store(self, block: list, vectors: np.ndarray) -> None:
         with self._lock:
             if self._db is None:
                 return
             with self._db:
+                rows = []
+                for (key, _), vector in zip(block, vectors, strict=True):
+                    blob = vector.tobytes()  # float32: _embed made every vector so
+                    rows.append((*key, blob, _seal(*key, blob)))
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO embeddings (model, kind, text_hash, vector) VALUES (?, ?, ?, ?)",
-                    [
-                        (*key, vector.tobytes())  # float32: _embed made every vector so
-                        for (key, _), vector in zip(block, vectors, strict=True)
-                    ],
+                    "INSERT OR REPLACE INTO embeddings (model, kind, text_hash, vector, mac) VALUES (?, ?, ?, ?, ?)",
+                    rows,
                 )
+
+    def forget(self, texts: Sequence[str]) -> int:
+        """Deletes every model's entries of ``texts`` (as they were given to the model); the number deleted."""
+        keys = list({_digest(text) for text in texts})
+        deleted = 0
+        with self._lock:
+            if self._db is None:
+                return 0
+            with self._db:
+                for start in range(0, len(keys), 500):
+                    part = keys[start : start + 500]
+                    deleted += self._db.execute(
+                        f"DELETE FROM embeddings WHERE text_hash IN ({', '.join('?' * len(part))})", part
+                    ).rowcount
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # no copy of the deleted pages left in the WAL
+        return deleted
+
+    def purge(self) -> int:
+        """Deletes every entry (the file stays, empty); the number deleted."""
+        with self._lock:
+            if self._db is None:
+                return 0
+            with self._db:
+                deleted = self._db.execute("DELETE FROM embeddings").rowcount
+            self._db.execute("VACUUM")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return deleted
 
 
 class CachedEmbedder:
@@ -233,7 +314,9 @@ class CachedEmbedder:
         return self._cache.embed_documents(self._embedder, texts, token_counts=token_counts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._cache.embed_queries(self._embedder, [text])[0]
+        # Never through the disk cache: a question's key would be a record of what was asked (and the cache holds
+        # no questions, so none planted there can steer a search).
+        return self._embedder.embed_query(text)
 
 
 _SHARED: dict[str, EmbeddingCache] = {}
@@ -247,8 +330,38 @@ def cached_when_configured(embedder):
     directory = os.environ.get(CACHE_VARIABLE, "").strip()
     if not directory or not getattr(embedder, "disk_cached", False):
         return embedder
+    return CachedEmbedder(embedder, _shared(str(Path(directory).expanduser())))
+
+
+def _shared(directory: str) -> EmbeddingCache:
+    """This process's one cache of ``directory`` (disk only)."""
     with _SHARED_LOCK:
         cache = _SHARED.get(directory)
         if cache is None:
             cache = _SHARED[directory] = EmbeddingCache(directory, remember=False)
-    return CachedEmbedder(embedder, cache)
+    return cache
+
+
+def _existing(directory: str | os.PathLike | None) -> EmbeddingCache | None:
+    """This process's cache of ``directory`` (default: `default_cache_dir`), or None when it holds no cache file."""
+    chosen = str(Path(directory).expanduser() if directory is not None else default_cache_dir())
+    if not (Path(chosen) / CACHE_FILE).exists():
+        return None
+    return _shared(chosen)
+
+
+def purge(directory: str | os.PathLike | None = None) -> tuple[Path, int]:
+    """Empties the embedding cache of ``directory`` (default: ``$TOOLKIT_EMBEDDING_CACHE``, else the user's
+    cache directory, as `toolkit eval` uses it): its path and the number of vectors deleted."""
+    chosen = Path(directory).expanduser() if directory is not None else default_cache_dir()
+    cache = _existing(chosen)
+    return chosen / CACHE_FILE, (cache.purge() if cache is not None else 0)
+
+
+def forget_texts(texts: Sequence[str], directory: str | os.PathLike | None = None) -> int:
+    """Deletes the cached vectors of ``texts`` (every model's) from the cache of ``directory`` (default as `purge`);
+    the number deleted. The texts are what backfill gave the model: for a stored chunk,
+    ``toolkit.chunking.document.compose_embed_text(heading_path, context, text)`` of its row (an erase calls this
+    with the chunks it deletes)."""
+    cache = _existing(directory)
+    return cache.forget(texts) if cache is not None else 0

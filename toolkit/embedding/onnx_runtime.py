@@ -10,10 +10,14 @@ Runtimes of a ``sentence-transformers`` model (the ``runtime`` option, part of a
 - ``torch``: sentence-transformers on torch, the reference.
 
 The export runs once per model (torch and transformers are imported then, never at inference) into
-``$TOOLKIT_CACHE_DIR/onnx`` (default ``$XDG_CACHE_HOME/toolkit/onnx`` or ``~/.cache/toolkit/onnx``). Each file's
-SHA-256 is in ``manifest.json`` beside it and checked on every load: a missing, truncated or altered file is
-rebuilt, never run. Nothing is downloaded: the export reads the weights the installed package or directory holds.
-``python -m toolkit.embedding.prepare`` makes the export ahead of time (an install step can run it).
+``$TOOLKIT_CACHE_DIR/onnx`` (default ``$XDG_CACHE_HOME/toolkit/onnx`` or ``~/.cache/toolkit/onnx``), directories
+0700. Each file's SHA-256 is in ``manifest.json`` beside it, and the manifest is signed (an HMAC with this user's
+signing key, toolkit.private_files, which lives outside the cache): a hash rewritten there by whoever altered the
+file does not verify, so the export is refused with a sentence, never run. A missing, truncated or altered file
+under a manifest that verifies is rebuilt; an unsigned manifest (an earlier release's) is a missing export. A
+directory another user owns, or that its group or others may write, is refused. Nothing is downloaded: the export
+reads the weights the installed package or directory holds. ``python -m toolkit.embedding.prepare`` makes the
+export ahead of time (an install step can run it) and replaces one that does not verify.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -31,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import EmbeddingError, InputError
+from toolkit.private_files import create_private, mac, private_directory, refuse_unless_private
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +143,39 @@ def _read_manifest(directory: Path) -> dict:
     return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else {}
 
 
+def _signature(directory: Path, files: dict) -> str:
+    # The directory's name is the model's identity (export_directory): a manifest signed for one model does not
+    # verify beside another's files.
+    return mac("onnx-manifest", directory.name, json.dumps(files, sort_keys=True)).hex()
+
+
+def _prepare_hint() -> str:
+    return "re-run `python -m toolkit.embedding.prepare` (it exports the model again)"
+
+
+def _trusted_manifest(directory: Path) -> dict:
+    """The manifest when its signature verifies; {} when there is none or it is unsigned (an earlier release's: the
+    export is made again). A signature that does not verify is refused: something other than this user's toolkit
+    wrote the manifest (a rewritten hash, a copy from another user or machine)."""
+    manifest = _read_manifest(directory)
+    if not manifest or "signature" not in manifest:
+        return {}
+    signature = manifest["signature"]
+    if not isinstance(signature, str) or not hmac.compare_digest(signature, _signature(directory, manifest["files"])):
+        raise EmbeddingError(
+            f"The ONNX export in {directory} does not match the signature this toolkit recorded for it (its "
+            f"manifest.json was rewritten, or copied from another user or machine), so it is not run; "
+            f"{_prepare_hint()}."
+        )
+    return manifest
+
+
 def _verified(directory: Path, runtime: str) -> Path | None:
-    """The exported file for ``runtime`` if it is there and its SHA-256 is the manifest's."""
+    """The exported file for ``runtime`` if it is there and its SHA-256 is the signed manifest's."""
     name = FILES[runtime]
-    expected = _read_manifest(directory).get("files", {}).get(name)
+    if directory.exists():
+        refuse_unless_private(directory, "ONNX export directory", f"delete it and {_prepare_hint()}.")
+    expected = _trusted_manifest(directory).get("files", {}).get(name)
     path = directory / name
     if not expected or not path.is_file():
         return None
@@ -150,20 +185,28 @@ def _verified(directory: Path, runtime: str) -> Path | None:
     return path
 
 
-def prepare(location: str | os.PathLike, runtime: str) -> Path:
+def prepare(location: str | os.PathLike, runtime: str, *, replace_unverified: bool = False) -> Path:
     """The verified ONNX file of the model at ``location`` for ``runtime``, exported (and quantized) first if the
-    cache lacks it or holds a corrupt copy. Safe when several processes prepare the same model at once."""
+    cache lacks it or holds a corrupt copy. An export whose manifest's signature does not verify is refused, or,
+    with ``replace_unverified`` (`python -m toolkit.embedding.prepare`), deleted and made again. Safe when several
+    processes prepare the same model at once."""
     if runtime not in ONNX_RUNTIMES:
         raise InputError(f"The runtime {runtime!r} has no ONNX export; use one of {', '.join(ONNX_RUNTIMES)}.")
     reason = unsupported_reason(location)
     if reason:
         raise EmbeddingError(f"The model {location} cannot run on ONNX Runtime: {reason}. Use runtime=torch.")
     directory = export_directory(location)
+    if replace_unverified:
+        try:
+            _trusted_manifest(directory)
+        except EmbeddingError:
+            log.warning("The ONNX export in %s does not verify; it is deleted and made again.", directory)
+            shutil.rmtree(directory)
     found = _verified(directory, runtime)
     if found:
         return found
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_directory(directory, "ONNX export directory", f"delete it and {_prepare_hint()}.")
     except OSError as error:
         raise EmbeddingError(
             f"Cannot create the ONNX cache directory {directory} ({error}); set TOOLKIT_CACHE_DIR to a writable "
@@ -195,11 +238,14 @@ def _build(directory: Path, runtime: str, make) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-    manifest = _read_manifest(directory) or {"format": EXPORT_FORMAT, "files": {}}
+    # Only what this toolkit signed is carried over: an unsigned file's hash is never signed after the fact.
+    manifest = _trusted_manifest(directory) or {"format": EXPORT_FORMAT, "files": {}}
     manifest["files"][name] = digest
     manifest.setdefault("exported_with", {}).update(_versions())
+    manifest["signature"] = _signature(directory, manifest["files"])
     staged = directory / ".manifest.json.tmp"
-    staged.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    with os.fdopen(create_private(staged), "w") as handle:
+        handle.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     os.replace(staged, directory / "manifest.json")
 
 
