@@ -25,6 +25,7 @@ toolkit's commands as child processes, as a user would.
     .venv/bin/python bench/faults.py --backfill-kills 2 --postgres-kills 2 --migrations 2 --flaky-runs 0  # smoke
     .venv/bin/python bench/faults.py --hostile-pdfs-only --write  # the hostile-PDF table of docs/reliability.md
     .venv/bin/python bench/faults.py --serve-only            # toolkit serve's slow clients and large k (printed)
+    .venv/bin/python bench/faults.py --migration-readers-only  # migration vs idle/turn-taking readers (printed)
 """
 
 from __future__ import annotations
@@ -928,6 +929,98 @@ def _rows(url: str, query: str, *params) -> list:
         return conn.execute(query, params).fetchall()
 
 
+def migration_against_readers(server: Server, lock: Callable | None = None, timeout: float = 20) -> list[Scenario]:
+    """Issue 39 item 6: the migration's locks (toolkit.db.migration_locks, taken and rolled back) next to two probe
+    readers (short transactions, each timed: a stall is one over 0.1 s) and, in turn, one reader left idle in a
+    transaction (without and with --terminate-blockers-after 5) and two readers taking 1.2 s turns that overlap by
+    half (there is always a holder). ``lock``: another lock_for_migration to compare (an earlier release's)."""
+    import psycopg
+
+    from toolkit.db import migration_locks
+    from toolkit.errors import DatabaseError
+
+    url = server.create("faults_migration_readers")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS faults_reader")
+        conn.execute("CREATE ROLE faults_reader LOGIN IN ROLE toolkit_reader")
+    reader_url = server.url("faults_migration_readers", user="faults_reader")
+    read = ("SELECT toolkit.set_tenant('acme')", "SELECT count(*) FROM toolkit.active_chunks")
+    cases = [("one reader idle in a transaction", None), ("two readers taking 1.2 s turns overlapping by half", None)]
+    if lock is None:
+        cases.insert(1, ("one reader idle in a transaction, --terminate-blockers-after 5", 5.0))
+    scenarios = []
+    for case, terminate_after in cases:
+        stop, durations, holders = threading.Event(), [], []
+
+        def probe(stop: threading.Event, durations: list[float]) -> None:
+            with psycopg.connect(reader_url, autocommit=True) as c:
+                while not stop.is_set():
+                    began = time.monotonic()
+                    with c.transaction():
+                        for statement in read:
+                            c.execute(statement)
+                    durations.append(time.monotonic() - began)
+                    stop.wait(0.05)
+
+        def turns(number: int, halves: list[threading.Event], stop: threading.Event) -> None:
+            with psycopg.connect(reader_url, autocommit=True) as c:
+                if number == 1:
+                    halves[0].wait(5)  # its first turn starts halfway through the other's
+                while not stop.is_set():
+                    with c.transaction():
+                        for statement in read:
+                            c.execute(statement)
+                        stop.wait(0.6)
+                        halves[number].set()
+                        halves[1 - number].clear()
+                        stop.wait(0.6)
+                    halves[1 - number].wait(5)
+
+        threads = [threading.Thread(target=probe, args=(stop, durations)) for _ in range(2)]
+        if "idle" in case:
+            idle = psycopg.connect(reader_url, application_name="faults-idle-reader")
+            for statement in read:
+                idle.execute(statement)
+            holders.append(idle)
+        else:
+            halves = [threading.Event(), threading.Event()]
+            threads += [threading.Thread(target=turns, args=(n, halves, stop)) for n in (0, 1)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1)  # the readers running before the migration starts
+        notes: list[str] = []
+        began = time.monotonic()
+        try:
+            with psycopg.connect(url) as conn:
+                if lock is None:
+                    policy = migration_locks.LockPolicy(timeout=timeout, terminate_after=terminate_after)
+                    migration_locks.lock_for_migration(conn, say=notes.append, policy=policy)
+                else:
+                    lock(conn, say=notes.append)
+                conn.rollback()
+            outcome = "got its locks"
+        except DatabaseError:
+            outcome = "gave up"
+        elapsed = time.monotonic() - began
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        for holder in holders:
+            holder.close()
+        stalls = [d for d in durations if d > 0.1]
+        scenario = Scenario(
+            "39.6",
+            f"migration locks next to {case}: {outcome} after {elapsed:.1f} s; the probe readers' stalls over 0.1 s: "
+            f"{len(stalls)} of {len(durations)} transactions, longest {max(stalls, default=0):.2f} s, "
+            f"{sum(stalls):.1f} s in all",
+            trials=1,
+            failures=int(outcome == "gave up" and "terminate" not in case),
+        )
+        print(scenario.scenario, file=sys.stderr)
+        scenarios.append(scenario)
+    return scenarios
+
+
 # -- the report ---------------------------------------------------------------------------------------------
 
 
@@ -978,6 +1071,11 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    parser.add_argument(
+        "--migration-readers-only",
+        action="store_true",
+        help="only the migration next to an idle-in-transaction reader and turn-taking readers (printed)",
+    )
     rng = random.Random(args.seed)
     machine = {
         "command": " ".join(["python bench/faults.py", *(a for a in sys.argv[1:] if a != "--write")]),
@@ -993,6 +1091,14 @@ def main() -> None:
         finally:
             server.stop()
         machine.update(load_after=load(), seconds=time.monotonic() - started)
+    if args.migration_readers_only:
+        try:
+            scenarios = migration_against_readers(server)
+        finally:
+            server.stop()
+        machine.update(load_after=load(), seconds=time.monotonic() - started)
+        print(render(scenarios, machine))
+        return
         print(render(scenarios, machine))
         return
     if args.hostile_pdfs_only:
