@@ -254,12 +254,12 @@ ROWS = [
     row("eval", "--format", f"{EVAL} --format {{}}", choice()),
     # migrate (the revision is looked up before anything runs)
     row("migrate", "revision", ["migrate", V], named(REFUSED, negative=USAGE)),
-    # model add / list
-    row(
     row("migrate", "--max-stall", "migrate --max-stall {}", number()),
     row("migrate", "--lock-timeout", "migrate --lock-timeout {}", number()),
     # (0: end blockers at once; at head with this SQL the migration has nothing to do, so it reads only)
     row("migrate", "--terminate-blockers-after", "migrate --terminate-blockers-after {}", number(zero=READ)),
+    # model add / list
+    row(
         "model add",
         "alias",
         ["model", "add", V, "--provider", "hashing", "--name", "16"],
