@@ -118,16 +118,21 @@ def signing_key() -> bytes:
     return _key_at(key_path())
 
 
-@functools.cache
-def _signer_for(key: bytes):
-    return hmac.new(key, digestmod="sha256")
+class Signer:
+    """HMAC-SHA256 with this user's signing key, read once: ``signer(*parts)`` for each entry (the parts are
+    length-prefixed, so no two part lists give the same message)."""
+
+    def __init__(self, key: bytes | None = None):
+        self._key = key if key is not None else signing_key()
+
+    def __call__(self, *parts: bytes | str) -> bytes:
+        message = []
+        for part in parts:
+            data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
+            message += (len(data).to_bytes(8, "big"), data)
+        return hmac.digest(self._key, b"".join(message), "sha256")  # one call into OpenSSL per entry
 
 
 def mac(*parts: bytes | str) -> bytes:
-    """HMAC-SHA256 of ``parts`` (length-prefixed, so no two part lists give the same message)."""
-    signer = _signer_for(signing_key()).copy()  # the key's padding hashed once, not per entry
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part
-        signer.update(len(data).to_bytes(8, "big"))
-        signer.update(data)
-    return signer.digest()
+    """One HMAC-SHA256 of ``parts`` with this user's signing key (`Signer` for many)."""
+    return Signer()(*parts)

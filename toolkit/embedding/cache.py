@@ -21,6 +21,7 @@ documents. `purge` empties a cache; `forget_texts` removes given texts' entries 
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import os
@@ -32,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import InputError
-from toolkit.private_files import mac, private_directory, refuse_unless_private, touch_private
+from toolkit.private_files import Signer, private_directory, refuse_unless_private, touch_private
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +74,8 @@ def model_key(embedder) -> str:
     return "|".join(parts)
 
 
-def _digest(text: str) -> bytes:
-    """The text's key: keyed, so that the cache holds no plain hash of a text that anyone could confirm a guess by."""
-    return mac("text", text)
-
-
-def _seal(model: str, kind: str, text_key: bytes, vector: bytes) -> bytes:
-    return mac("vector", model, kind, text_key, vector)
+def _plain_digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
 def _refusal_hint() -> str:
@@ -129,11 +125,16 @@ class EmbeddingCache:
         self.path: Path | None = None
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        # In memory only, a text's key is its SHA-256; on disk it is keyed (see the module's docstring).
+        self._digest = _plain_digest
+        self._sign: Signer | None = None
         if directory is not None:
             self.path = Path(directory).expanduser() / CACHE_FILE
             try:
                 # One connection for the threads of this process (under the lock); other processes wait on SQLite's.
                 self._db = _open(self.path)
+                self._sign = Signer()
+                self._digest = lambda text: self._sign("text", text)
             except (OSError, sqlite3.Error) as error:
                 raise InputError(
                     f"Cannot use the embedding cache {str(self.path)!r} ({error}); point --cache-dir or "
@@ -156,7 +157,7 @@ class EmbeddingCache:
         """How many distinct texts of ``texts`` are in neither the memory nor the disk cache (the ones found on
         disk are loaded into memory on the way when the cache remembers)."""
         model = model_key(embedder)
-        absent = {(model, kind, _digest(text)): text for text in texts}
+        absent = {(model, kind, self._digest(text)): text for text in texts}
         for key in [key for key in absent if key in self.memory]:
             del absent[key]
         if absent:
@@ -182,7 +183,7 @@ class EmbeddingCache:
 
     def _embed(self, embedder, kind: str, texts: list[str], progress, token_counts) -> np.ndarray:
         model = model_key(embedder)
-        keys = [(model, kind, _digest(text)) for text in texts]
+        keys = [(model, kind, self._digest(text)) for text in texts]
         counts = [None] * len(texts) if token_counts is None else list(token_counts)
         if len(counts) != len(texts):
             raise InputError(f"{len(counts)} token counts were given for {len(texts)} texts; give one per text.")
@@ -237,7 +238,7 @@ class EmbeddingCache:
                 ).fetchall()
             rejected = 0
             for text_hash, blob, seal in rows:
-                if not hmac.compare_digest(seal, _seal(model, kind, text_hash, blob)):
+                if not hmac.compare_digest(seal, self._sign("vector", model, kind, text_hash, blob)):
                     rejected += 1  # not written by this user's toolkit: recomputed (and overwritten) like a miss
                     continue
                 key = (model, kind, text_hash)
@@ -262,7 +263,7 @@ class EmbeddingCache:
                 rows = []
                 for (key, _), vector in zip(block, vectors, strict=True):
                     blob = vector.tobytes()  # float32: _embed made every vector so
-                    rows.append((*key, blob, _seal(*key, blob)))
+                    rows.append((*key, blob, self._sign("vector", *key, blob)))
                 self._db.executemany(
                     "INSERT OR REPLACE INTO embeddings (model, kind, text_hash, vector, mac) VALUES (?, ?, ?, ?, ?)",
                     rows,
@@ -270,7 +271,7 @@ class EmbeddingCache:
 
     def forget(self, texts: Sequence[str]) -> int:
         """Deletes every model's entries of ``texts`` (as they were given to the model); the number deleted."""
-        keys = list({_digest(text) for text in texts})
+        keys = list({self._digest(text) for text in texts})
         deleted = 0
         with self._lock:
             if self._db is None:
