@@ -155,6 +155,34 @@ AS $$
     END
 $$;
 
+-- Takes this login's turn to log, for the rest of the transaction: a transaction-level advisory lock per login
+-- (session_user), so that one transaction of a login logs at a time and sees every row the login's others logged.
+-- Another transaction of the login holds it from its log_query to its commit, a few milliseconds when it searches
+-- in its own transaction: waited for at most 50 ms, so that concurrent searches of one login (toolkit serve's pool)
+-- take turns; held longer (a transaction left open after logging), the turn is not taken and the question is
+-- skipped: the search goes on. Returns whether the turn was taken.
+-- Invoker: called by log_query, as the owner; advisory locks need no privilege.
+CREATE OR REPLACE FUNCTION toolkit._take_query_log_turn()
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '50ms'
+AS $$
+BEGIN
+    IF pg_try_advisory_xact_lock(hashtext('toolkit.query_log'), hashtext(session_user)) THEN
+        RETURN true;
+    END IF;
+    BEGIN  -- a subtransaction that writes nothing (no transaction id), only while another transaction has the turn
+        PERFORM pg_advisory_xact_lock(hashtext('toolkit.query_log'), hashtext(session_user));
+        RETURN true;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+END
+$$;
+
 -- Counts a question log_query skipped (past the rate, or while another transaction of the login logs) without
 -- waiting: when another open transaction holds the settings row, or under REPEATABLE READ (where taking a row
 -- another transaction changed is a serialization error), it goes uncounted: the counter is a lower bound, and no
@@ -181,14 +209,13 @@ $$;
 -- not 0 to 86,400,000 ms, a tenant of more than 800 bytes. Bounded, never refused, so that a search is not failed by
 -- its log: the question is cut to its leading 4,096 bytes, the results to the leading entries that fit in 4,096
 -- bytes, a request key over 256 bytes to toolkit._query_log_request_key's form; a row holds at most 9,500 bytes.
--- The rate per login holds across its sessions and transactions: one transaction of a login logs at a time (a
--- transaction-level advisory lock, tried and never waited for) and counts the login's rows of the last minute that
--- are committed or its own; a question sampled while another transaction of the login holds the lock, inside a
--- REPEATABLE READ or SERIALIZABLE transaction (whose snapshot may miss rows committed since), or past the rate is
--- skipped (false) and counted, not refused. Expired and over-cap questions are pruned at most once a minute. On a
--- read-only standby nothing is logged: the question is skipped and counted in the session's
--- toolkit.query_log_skipped setting (the search goes on). Returns whether it was logged. results is
--- [{doc_id, start, end, rank, score}].
+-- The rate per login holds across its sessions and transactions: one transaction of a login logs at a time
+-- (_take_query_log_turn) and counts the login's rows of the last minute that are committed or its own; a question
+-- sampled while another transaction of the login keeps the turn past 50 ms, inside a REPEATABLE READ or SERIALIZABLE
+-- transaction (whose snapshot may miss rows committed since), or past the rate is skipped (false) and counted.
+-- Expired and over-cap questions are pruned at most once a minute. On a read-only standby nothing is logged: the
+-- question is skipped and counted in the session's toolkit.query_log_skipped setting (the search goes on). Returns
+-- whether it was logged. results is [{doc_id, start, end, rank, score}].
 -- Definer: an application may append to the log but never read or change it.
 CREATE OR REPLACE FUNCTION toolkit.log_query(
     question text,
@@ -260,8 +287,11 @@ BEGIN
     END IF;
     -- Counting rows only sees committed ones (and this transaction's): with one logging transaction per login at a
     -- time, and a snapshot per statement, the count is every row the login logged in the last minute.
-    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted')
-        OR NOT pg_try_advisory_xact_lock(hashtext('toolkit.query_log'), hashtext(session_user)) THEN
+    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+        PERFORM toolkit._count_skipped_question();
+        RETURN false;
+    END IF;
+    IF NOT toolkit._take_query_log_turn() THEN
         PERFORM toolkit._count_skipped_question();
         RETURN false;
     END IF;
