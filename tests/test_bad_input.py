@@ -130,7 +130,8 @@ ROWS = [
         named(WRITE),
     ),
     row("ingest", "--acl", "ingest {corpus} --tenant acme --acl {}", named(WRITE)),
-    row("ingest", "--metadata", "ingest {corpus} --tenant acme --metadata {}", named(REFUSED)),
+    # every value is read as typed (not KEY=VALUE, an empty VALUE, JSON nested too deep): refused at the parser
+    row("ingest", "--metadata", "ingest {corpus} --tenant acme --metadata {}", named(USAGE)),
     row("ingest", "--batch-size", "ingest {corpus} --tenant acme --batch-size {}", number()),
     row("ingest", "--format", "ingest {corpus} --tenant acme --format {}", choice()),
     # what one file may cost to read (sizes like 100MB, seconds, counts): every bad value is a usage error
@@ -215,6 +216,8 @@ ROWS = [
     # restore (the database holds data: refused, whether the file exists or not)
     row("db restore", "file", ["db", "restore", V], path(REFUSED, negative=USAGE)),
     row("db restore", "--format", "db restore --format {} {file}", choice()),
+    # cache purge (no database; every bad --format is refused where the command line is read)
+    row("cache purge", "--format", "cache purge --format {}", choice(), database=False),
     # estimate (no database)
     row("estimate", "--tokens", "estimate --chunk 400 --tokens {}", named(USAGE, zero=READ)),
     row("estimate", "--words", "estimate --chunk 400 --words {}", named(USAGE, zero=READ)),
@@ -246,7 +249,8 @@ ROWS = [
     row("eval", "-k", f"{EVAL} -k {{}}", number()),
     row("eval", "--scorer", f"{EVAL} --scorer {{}}", choice()),
     row("eval", "--retrieval", f"{EVAL} --retrieval {{}}", named(REFUSED)),
-    row("eval", "--plot", f"{EVAL} --plot {{}}", path(REFUSED)),
+    # a plot path is checked at the parser (a .png in a folder that exists), before the evaluation runs
+    row("eval", "--plot", f"{EVAL} --plot {{}}", path(USAGE)),
     row("eval", "--input-price", f"{EVAL} --input-price {{}}", number(zero=READ)),
     row("eval", "--cache-dir", f"eval {EVAL_CORPUS} {EVAL_QUERIES} {EVAL_CONFIG} --cache-dir {{}}", path(READ)),
     row("eval", "--version", f"eval {EVAL_QUERIES} --version {{}}", number()),
@@ -304,7 +308,8 @@ ROWS = [
     row("search", "--expand", f"{SEARCH} --expand {{}}", named(REFUSED)),
     row("search", "--retrieval", f"{SEARCH} --retrieval {{}}", choice()),
     row("search", "--max-tokens", f"{SEARCH} --max-tokens {{}}", number()),
-    row("search", "--filter", f"{SEARCH} --filter {{}}", named(REFUSED)),
+    # each filter is read as typed (a known KEY=VALUE, a value after the =): refused at the parser
+    row("search", "--filter", f"{SEARCH} --filter {{}}", named(USAGE)),
     row("search", "--min-score", f"{SEARCH} --min-score {{}}", number(zero=READ)),
     row("search", "--diversity", f"{SEARCH} --diversity {{}}", number(zero=READ)),
     row("search", "--principal", f"{SEARCH} --principal {{}}", named(READ)),

@@ -239,6 +239,7 @@ def test_pareto_marks_what_nothing_beats_on_recall_and_tokens():
 def test_plot_and_table_output(seed_files, tmp_path):
     corpus, queries = seed_files
     plot = tmp_path / "out" / "frontier.png"
+    plot.parent.mkdir()  # the plot's folder must exist (a missing one is refused: tests/test_attacks_inputs.py)
     result = run(
         "--corpus", str(corpus), "--queries", str(queries), "--model", "hashing:64", "--no-cache", "--plot", str(plot),
         "--configs", "fixed:200:0:unit=chars,sentence:200:1:unit=chars",

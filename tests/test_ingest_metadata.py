@@ -96,7 +96,7 @@ def test_the_command_line_reads_json_or_text_and_refuses_before_reading(database
         refused = CliRunner().invoke(
             main, ["--database-url", database_url, "ingest", str(corpus), "--tenant", "other", "--metadata", bad]
         )
-        assert refused.exit_code == 1 and words in refused.output, (bad, refused.output)
+        assert refused.exit_code == 2 and words in refused.output, (bad, refused.output)
     assert conn.execute("SELECT count(*) FROM toolkit.documents WHERE tenant = 'other'").fetchone()[0] == 0
 
 

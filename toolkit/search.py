@@ -30,6 +30,15 @@ FILTER_KEYS = ("doc_id", "doc_id_prefix", "heading_prefix", "updated_after", "up
 METADATA_PREFIX = "metadata."
 # Filters that take several values; the others take one.
 LIST_FILTERS = ("doc_id", "doc_id_prefix", "heading_prefix", "labels")
+# A value of each key, for the sentence that refuses an empty one.
+FILTER_EXAMPLES = {
+    "doc_id": "guide.md",
+    "doc_id_prefix": "support/",
+    "heading_prefix": "Guide > Install",
+    "updated_after": "2026-01-01",
+    "updated_before": "2026-01-01",
+    "labels": "eng",
+}
 # The largest k of every search function (toolkit.search_max_k(); a test keeps the two equal).
 MAX_K = validation.RESULTS.maximum
 _EXPAND = re.compile(r"^(parent|window:(\d{1,2}))$")
@@ -99,9 +108,15 @@ def parse_retrieval(retrieval: str | None, *, hybrid: bool = False, expand: str 
 
 def parse_filters(pairs: Sequence[str]) -> dict:
     """Turns ``KEY=VALUE`` strings into the filters object; a key given twice collects its values.
-    ``metadata.KEY=VALUE`` filters on a top-level key of the document's metadata (``validation.metadata_value``)."""
+    ``metadata.KEY=VALUE`` filters on a top-level key of the document's metadata (``validation.metadata_value``).
+    Every value must say something: ``doc_id=`` (empty, or only spaces) is refused, not searched for; so is an empty
+    heading in ``heading_prefix`` (``A >``)."""
+    if isinstance(pairs, str | bytes) or not isinstance(pairs, Sequence):
+        raise InputError('The filters are a list of KEY=VALUE strings, e.g. ["doc_id=guide.md"].')
     filters: dict = {}
     for pair in pairs:
+        if not isinstance(pair, str):
+            raise InputError(f"A filter is a KEY=VALUE string (e.g. doc_id=guide.md), not {validation.shown(pair)}.")
         if pair.strip().startswith(METADATA_PREFIX):
             key, sep, text = pair.strip().partition("=")
             name = key[len(METADATA_PREFIX) :].strip()
@@ -125,8 +140,18 @@ def parse_filters(pairs: Sequence[str]) -> dict:
         key, value = parsed
         if key == "metadata":
             raise InputError("Write a metadata filter as metadata.KEY=VALUE, e.g. --filter metadata.lang=en.")
+        if not value.strip():
+            raise InputError(
+                f"The filter {key} has no value; write one after the = (e.g. {key}={FILTER_EXAMPLES[key]}), or leave "
+                "the filter out."
+            )
         if key == "heading_prefix":
             value = [part.strip() for part in value.split(">")]
+            if not all(value):
+                raise InputError(
+                    f"The filter heading_prefix {validation.shown(pair.partition('=')[2])} has an empty heading; "
+                    "write the headings from the top, each non-empty, e.g. heading_prefix=Guide > Install."
+                )
             filters[key] = value
         elif key in LIST_FILTERS:
             filters.setdefault(key, []).append(value)
@@ -135,6 +160,29 @@ def parse_filters(pairs: Sequence[str]) -> dict:
         else:
             filters[key] = value
     return filters
+
+
+def check_filters(filters: dict | None) -> None:
+    """The filters object as search() takes it (from Python, or a JSON body): known keys, nested at most
+    ``validation.MAX_JSON_DEPTH`` levels (SQL checks each value's type: 22023), and no empty text where a value is
+    compared (``{"doc_id": ""}`` is a mistake, not a document)."""
+    if filters is None:
+        return
+    if not isinstance(filters, dict):
+        raise InputError(f"The filters are an object of KEY: VALUE pairs, not {validation.shown(filters)}.")
+    unknown = sorted((str(key) for key in set(filters) - set(FILTER_KEYS)), key=str)
+    if unknown:
+        raise InputError(f"Unknown search filter {unknown[0]!r}; the filters are {', '.join(FILTER_KEYS)}.")
+    if validation.value_depth(filters) > validation.MAX_JSON_DEPTH:
+        raise validation.too_deep("the filters")
+    for key, value in filters.items():
+        if key == "metadata":
+            continue  # its values may be "" (a document's metadata may hold the empty string)
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(isinstance(item, str) and not item.strip() for item in values):
+            raise InputError(
+                f"The filter {key} holds an empty value; give e.g. {FILTER_EXAMPLES[key]!r}, or leave the filter out."
+            )
 
 
 _embedders: dict[tuple, object] = {}
@@ -228,9 +276,7 @@ def search(
             "--min-score and --diversity choose among hits; --expand returns their parents or windows: use one or "
             "the other."
         )
-    unknown = sorted(set(filters or {}) - set(FILTER_KEYS))
-    if unknown:
-        raise InputError(f"Unknown search filter {unknown[0]!r}; the filters are {', '.join(FILTER_KEYS)}.")
+    check_filters(filters)
     question = None
     if isinstance(query, str):
         if not query.strip():

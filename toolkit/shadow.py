@@ -174,10 +174,14 @@ def shadow(
     k: int = 5,
     progress: Progress | None = None,
 ) -> ShadowReport:
-    """Replays ``questions`` on the active version and on ``candidate`` (see the module docstring)."""
+    """Replays ``questions`` on the active version and on ``candidate`` (see the module docstring), comparing the top
+    ``k`` (at most ``validation.SHADOW_K.maximum``) of each."""
     from toolkit.search import query_embedder, search
     from toolkit.serving import version_model
     from toolkit.store.versions import active_version
+    from toolkit.validation import SHADOW_K
+
+    k = SHADOW_K.check(k)
 
     active = active_version(conn)
     if active is None:
@@ -263,8 +267,9 @@ def shadow_version(
     without it, of the query log of the last ``since`` (a timedelta or a duration such as 1d; ``questions_from_log``,
     at most ``max_questions``)."""
     from toolkit.store.versions import resolve_version
-    from toolkit.validation import parse_duration
+    from toolkit.validation import SHADOW_K, parse_duration
 
+    k = SHADOW_K.check(k)  # before the questions are read or the log pruned
     candidate = resolve_version(conn, model_alias, chunker_spec, version, action="shadow")
     if queries_path:
         questions = questions_from_file(queries_path, tenant)

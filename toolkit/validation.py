@@ -110,6 +110,12 @@ MAX_INPUT_TOKENS = NumberRule("the input token limit", 1, 10_000_000)
 # toolkit.search_max_k() in SQL; toolkit.search.MAX_K is this bound, and a test keeps the two equal.
 RESULTS = NumberRule("the number of chunks retrieved per query (k)", 1, 1000)
 EF_SEARCH = NumberRule("hnsw.ef_search", 1, 1000)
+# toolkit shadow searches each question twice (once per version) at k: a replay of a few hundred questions at k in
+# the hundreds ran for minutes (a passages search's cost grows faster than k), and overlap@k past the first 50 hits
+# says nothing a person acts on.
+SHADOW_K = NumberRule(
+    "the number of results compared per question (k)", 1, 50, hint="each question is searched on both versions at k"
+)
 PASSAGE_TOKENS = NumberRule("the passages' token budget (max_tokens)", 1, 10_000_000)
 # toolkit._check_search_options in SQL refuses the same (a test keeps the two equal).
 MIN_SCORE = NumberRule(
@@ -365,15 +371,93 @@ def document_metadata(metadata) -> dict:
     return dict(metadata)
 
 
+# The deepest nesting of JSON the toolkit reads from a caller (a typed metadata value or filter, a search's filters,
+# an HTTP body): what it stores and compares is a scalar in an object in an object, three levels. Python's parser
+# and encoder recurse once per level and fail with a RecursionError near 1,000 levels, which a 10,000-character
+# argument reaches; a bound far below that turns such input into a sentence before anything recurses.
+MAX_JSON_DEPTH = 32
+
+
+def json_text_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply JSON ``text`` nests (objects and arrays, outside strings), counted without recursion; the count
+    stops at ``limit + 1`` (enough to know it is too deep without reading a megabyte of brackets)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for character in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif character == "\\":
+                escaped = True
+            elif character == '"':
+                in_string = False
+        elif character == '"':
+            in_string = True
+        elif character in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    return deepest
+        elif character in "]}":
+            depth -= 1
+    return deepest
+
+
+def value_depth(value, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deeply a parsed JSON value (dicts, lists and tuples) nests, counted without recursion; stops at
+    ``limit + 1``."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def too_deep(what: str) -> InputError:
+    return InputError(
+        f"{what[0].upper()}{what[1:]} nests JSON more than {MAX_JSON_DEPTH} levels deep, the most the toolkit "
+        "reads; nothing was read. Write it flatter (a compared value is one string, number, true, false or null)."
+    )
+
+
+def load_json(text: str, what: str, **options):
+    """``json.loads(text)`` for text a caller wrote, nested at most MAX_JSON_DEPTH levels (``too_deep`` beyond,
+    before the parser recurses); ``ValueError`` for text that is not JSON, as json.loads raises it."""
+    import json
+
+    # Only an object or an array nests (a scalar, or text that is not JSON, never makes the parser recurse).
+    if text.lstrip()[:1] in ("[", "{") and json_text_depth(text) > MAX_JSON_DEPTH:
+        raise too_deep(what)
+    try:
+        return json.loads(text, **options)
+    except RecursionError:  # not reachable under the bound; a sentence all the same
+        raise too_deep(what) from None
+
+
 def metadata_value(key: str, text: str, what: str = "metadata filter"):
     """The value of a typed ``KEY=VALUE`` of document metadata (``--filter metadata.KEY=VALUE``, ``ingest
     --metadata``): JSON text (``2024``, ``true``, ``null``, ``"2024"``), or the text itself as a string when it is not
-    JSON (``en``). An object or a list is refused: a filter compares one value."""
-    import json
-
+    JSON (``en``). An object or a list is refused: a filter compares one value; so is JSON nested deeper than
+    MAX_JSON_DEPTH, and an empty VALUE (``""`` is the empty string)."""
+    if not text.strip():
+        raise InputError(
+            f'The {what} {key} has no value; write one after the = (e.g. en or 2024), or "" (typed \'""\' in a '
+            "shell) for the empty string."
+        )
     try:
         # NaN and Infinity are not JSON: as typed, they are strings.
-        value = json.loads(text, parse_constant=lambda constant: constant)
+        value = load_json(text, f"the {what} {key}", parse_constant=lambda constant: constant)
     except ValueError:
         if text.strip()[:1] in ("{", "[", '"'):
             raise InputError(

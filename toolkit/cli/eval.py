@@ -8,7 +8,8 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
-from toolkit.cli._params import Number
+from toolkit.cli._params import Checked, Number
+from toolkit.evaluation.frontier import plot_path
 from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
 
 
@@ -52,7 +53,11 @@ from toolkit.validation import PRICE, RESULTS, VERSION_NUMBER
     "options such as hybrid:rrf_k=60:assemble=off; comma-separated to compare. Default: hybrid with passage "
     "assembly (full text opens the database: the embedded one unless --database-url).",
 )
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write recall against tokens per query to this PNG.")
+@click.option(
+    "--plot",
+    type=Checked(plot_path, "plot file"),
+    help="Write recall against tokens per query to this PNG (its folder must exist).",
+)
 @click.option(
     "--input-price", type=Number(PRICE), default=2.0, show_default=True, help="USD per million LLM input tokens."
 )

@@ -9,7 +9,7 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import open_database
 from toolkit.cli._output import FORMAT_OPTION, QUIET_OPTION
-from toolkit.cli._params import Number, read_limit_options
+from toolkit.cli._params import Checked, Number, read_limit_options
 from toolkit.validation import BATCH_DOCUMENTS, parse_metadata
 
 
@@ -28,6 +28,7 @@ from toolkit.validation import BATCH_DOCUMENTS, parse_metadata
     "metadata",
     multiple=True,
     metavar="KEY=VALUE",
+    type=Checked(lambda pair: parse_metadata([pair]), "metadata"),  # refused as typed (exit 2)
     help="Metadata for every document of this run (repeatable; VALUE is JSON or text: lang=en, year=2024), "
     "what --filter metadata.KEY=VALUE finds.",
 )

@@ -8,8 +8,14 @@ import click
 from toolkit.cli import _render
 from toolkit.cli._context import in_database
 from toolkit.cli._output import FORMAT_OPTION
-from toolkit.cli._params import Number
+from toolkit.cli._params import Checked, Number
 from toolkit.validation import DIVERSITY, EF_SEARCH, MIN_SCORE, PASSAGE_TOKENS, RESULTS, VERSION_NUMBER
+
+
+def _parse_filter(pair: str) -> None:
+    from toolkit.search import parse_filters  # numpy and psycopg: loaded when a filter is given, not for --help
+
+    parse_filters([pair])
 
 
 @click.command(short_help="Search as an application would: the serving version, pinned.")
@@ -35,6 +41,7 @@ from toolkit.validation import DIVERSITY, EF_SEARCH, MIN_SCORE, PASSAGE_TOKENS, 
     "filters",
     metavar="KEY=VALUE",
     multiple=True,
+    type=Checked(_parse_filter, "filter"),  # each value refused as typed (exit 2), before the database is opened
     help="doc_id, doc_id_prefix, heading_prefix (A > B), updated_after, updated_before, labels, metadata.KEY "
     "(JSON value or text); repeatable.",
 )

@@ -60,7 +60,12 @@ def canary(output_format, **options) -> None:
 )
 @click.option("--tenant", help="The tenant of the questions (for a file without tenants; filters the log).")
 @click.option(
-    "-k", "k", type=Number(validation.RESULTS), default=5, show_default=True, help="Results compared per question."
+    "-k",
+    "k",
+    type=Number(validation.SHADOW_K),
+    default=5,
+    show_default=True,
+    help="Results compared per question (1-50).",
 )
 @click.option(
     "--max-questions",

@@ -24,9 +24,28 @@ def mark_pareto(results: Sequence[ConfigResult]) -> None:
         )
 
 
+def plot_path(path: str | Path) -> Path:
+    """Where a plot may be written: a name ending in .png, not a folder, in a folder that exists (a typo in the folder
+    is refused, not created: a tree of folders made from a mistyped path is a plot nobody finds). Checked before the
+    evaluation runs, and again when writing."""
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise InputError(f"The plot file {str(path)!r} must end in .png (the plot is written as a PNG).")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InputError(
+            f"The plot's folder {str(folder)!r} {what}; nothing was created. Create it first, or name a file in an "
+            "existing folder."
+        )
+    if path.is_dir():
+        raise InputError(f"The plot file {str(path)!r} is a folder; name a file in it, e.g. {str(path / 'f.png')!r}.")
+    return path
+
+
 def plot_frontier(report: EvalReport, path: str | Path) -> Path:
     """Draw recall@k against retrieved tokens per query, one labelled point per configuration, the Pareto
-    frontier joined by a line; write a PNG to ``path``."""
+    frontier joined by a line; write a PNG to ``path`` (``plot_path``: its folder must exist)."""
     try:
         import matplotlib
     except ImportError:
@@ -34,9 +53,7 @@ def plot_frontier(report: EvalReport, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    if path.suffix.lower() != ".png":
-        raise InputError(f"The plot file {str(path)!r} must end in .png (the plot is written as a PNG).")
+    path = plot_path(path)
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=110)
     width = max((r.retrieved_tokens for r in report.configs), default=1.0) or 1.0
     placed: list[tuple[float, float]] = []
@@ -71,7 +88,6 @@ def plot_frontier(report: EvalReport, path: str | Path) -> Path:
     axes.set_xlim(left=0, right=width * 1.6)
     figure.tight_layout()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, format="png")
     except OSError as error:
         raise InputError(f"Cannot write the plot to {str(path)!r} ({error.strerror}); check the folder.") from None

@@ -333,6 +333,10 @@ def evaluate_request(
     a connection when one is needed (the version, an alias, full-text retrieval); default: the toolkit database."""
     from toolkit.embedding.cache import default_cache_dir
 
+    if plot:
+        from toolkit.evaluation.frontier import plot_path
+
+        plot_path(plot)  # a plot that cannot be written is refused before the evaluation runs, not after
     if connect is None:
         from toolkit.db.schema import open_database
 

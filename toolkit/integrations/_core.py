@@ -1,7 +1,8 @@
 """What the framework retrievers and the HTTP server share: a small pool of database connections, and one search
-request as ``toolkit.search.search`` runs it (its defaults: the serving version for the request key, pinned), with
-each hit's metadata taken from the hit generically (every field but the text), so fields search() gains later
-(e.g. ``kind``, ``hit_ranks``, ``tokens``) reach the applications unchanged."""
+request as ``toolkit.search.search`` runs it (its defaults: the serving version for the request key, pinned), retried
+when the version it read was retired before its search ran (``ConnectionPool.run``), with each hit's metadata taken
+from the hit generically (every field but the text), so fields search() gains later (e.g. ``kind``, ``hit_ranks``,
+``tokens``) reach the applications unchanged."""
 
 from __future__ import annotations
 
@@ -10,10 +11,20 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+from urllib.parse import quote
 
 import psycopg
 
-from toolkit.errors import InputError
+from toolkit.errors import InputError, VersionUnavailableError
+
+# Attempts of one request whose version was retired between serving_model() and its search (SQLSTATE TK002): each
+# attempt reads the serving model again, so the second finds the version that replaced it (a third covers a
+# cutover and retirement racing the retry itself).
+RETRIES = 3
+POOL_WAIT_SECONDS = 30.0  # for a free connection of the pool
+
+T = TypeVar("T")
 
 
 class ConnectionPool:
@@ -34,7 +45,7 @@ class ConnectionPool:
         self._closed = False
 
     @contextlib.contextmanager
-    def connection(self, timeout: float | None = 30.0) -> Iterator[psycopg.Connection]:
+    def connection(self, timeout: float | None = POOL_WAIT_SECONDS) -> Iterator[psycopg.Connection]:
         if not self._slots.acquire(timeout=timeout):
             raise TimeoutError("Every database connection of the pool stayed busy; retry, or raise the pool size.")
         conn = None
@@ -53,6 +64,20 @@ class ConnectionPool:
                 else:
                     self._idle.put(conn)
             self._slots.release()
+
+    def run(self, work: Callable[[psycopg.Connection], T], timeout: float | None = POOL_WAIT_SECONDS) -> T:
+        """``work(conn)`` on a pooled connection. A version retired meanwhile (VersionUnavailableError, TK002: the
+        version serving_model() named was retired before the search read it) is retried, at most RETRIES attempts
+        in all, each on a connection taken afresh and reading the serving model again; the last one's error is
+        raised. The one retry of every caller: the retrievers and ``toolkit serve``."""
+        for attempt in range(1, RETRIES + 1):
+            try:
+                with self.connection(timeout) as conn:
+                    return work(conn)
+            except VersionUnavailableError:
+                if attempt == RETRIES:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def close(self) -> None:
         self._closed = True
@@ -86,6 +111,10 @@ class SearchRequest:
     min_score: float | None = None
     diversity: float = 0.0
 
+    def tenant_of(self, **overrides) -> str:
+        """The tenant a search with ``overrides`` runs for (an override, else ``options``', else the request's)."""
+        return overrides.get("tenant", self.options.get("tenant", self.tenant))
+
     def run(self, conn: psycopg.Connection, question: str, **overrides) -> list:
         from toolkit.search import search
 
@@ -101,7 +130,8 @@ class SearchRequest:
             **self.options,
             **overrides,
         }
-        tenant = chosen.pop("tenant", self.tenant)
+        tenant = self.tenant_of(**overrides)
+        chosen.pop("tenant", None)
         k = chosen.pop("k")
         # Only what differs from search()'s own defaults is passed: its defaults are the recommended retrieval.
         defaults = {
@@ -129,6 +159,9 @@ def hit_metadata(hit) -> dict:
     return metadata
 
 
-def hit_id(hit) -> str:
-    """A stable id for a hit: version, document and span (the same text in the same version has the same id)."""
-    return f"v{hit.version}:{hit.doc_id}:{hit.start}-{hit.end}"
+def hit_id(hit, tenant: str) -> str:
+    """A stable id for a hit of ``tenant``'s: ``v{version}:{tenant}:{doc id}:{start}-{end}``. The same span of the
+    same document in the same version has the same id; two tenants' documents of one name are different documents,
+    so their ids differ (a framework that keys a store or a cache by id must not merge them). The tenant is
+    percent-encoded (``quote(tenant, safe="")``): it holds no ``:``, so no tenant and doc id pair spells another's."""
+    return f"v{hit.version}:{quote(tenant, safe='')}:{hit.doc_id}:{hit.start}-{hit.end}"

@@ -9,7 +9,9 @@ Each ``Document`` carries the hit's text as ``page_content`` and its doc id, spa
 pages, version, model alias, score and rank in ``metadata`` (``toolkit.integrations._core.hit_metadata``). A call
 may override ``tenant``, ``request_key``, ``principals``, ``filters`` (``{"metadata": {"lang": "en"}}`` among them),
 ``k``, ``hybrid``, ``expand``, ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) as
-keyword arguments of ``invoke``/``ainvoke``. The async path runs the same search in a worker thread."""
+keyword arguments of ``invoke``/``ainvoke``. A Document's ``id`` is ``toolkit.integrations._core.hit_id``'s (version,
+tenant, document and span). A version retired between reading the serving model and searching it is searched again
+(``ConnectionPool.run``). The async path runs the same search in a worker thread."""
 
 from __future__ import annotations
 
@@ -64,15 +66,17 @@ class ToolkitRetriever(BaseRetriever):
         )
 
     def search_hits(self, query: str, **overrides) -> list:
-        """The toolkit's SearchHits for ``query`` (what the Documents are made of)."""
-        with self._pool.connection() as conn:
-            return self._request().run(conn, query, **overrides)
+        """The toolkit's SearchHits for ``query`` (what the Documents are made of); a version retired between
+        reading the serving model and searching it is retried (``ConnectionPool.run``)."""
+        request = self._request()
+        return self._pool.run(lambda conn: request.run(conn, query, **overrides))
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **overrides
     ) -> list[Document]:
+        tenant = self._request().tenant_of(**overrides)
         return [
-            Document(page_content=hit.text, metadata=hit_metadata(hit), id=hit_id(hit))
+            Document(page_content=hit.text, metadata=hit_metadata(hit), id=hit_id(hit, tenant))
             for hit in self.search_hits(query, **overrides)
         ]
 

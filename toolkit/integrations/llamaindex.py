@@ -9,8 +9,10 @@
 Each ``NodeWithScore`` holds a ``TextNode`` with the hit's text and its doc id, span (``start``, ``end``), heading
 path, pages, version, model alias and rank in ``metadata`` (``toolkit.integrations._core.hit_metadata``), and the
 hit's score. Only doc id, heading path and pages are shown to the LLM. ``filters`` (``{"metadata": {"lang": "en"}}``
-among them), ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) are search()'s. The
-async path runs the same search in a worker thread."""
+among them), ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) are search()'s. A
+node's id is ``toolkit.integrations._core.hit_id``'s (version, tenant, document and span). A version retired between
+reading the serving model and searching it is searched again (``ConnectionPool.run``). The async path runs the same
+search in a worker thread."""
 
 from __future__ import annotations
 
@@ -65,17 +67,18 @@ class ToolkitRetriever(BaseRetriever):
         )
 
     def search_hits(self, query: str, **overrides) -> list:
-        """The toolkit's SearchHits for ``query`` (what the nodes are made of); overrides as for search()."""
-        with self._pool.connection() as conn:
-            return self.request.run(conn, query, **overrides)
+        """The toolkit's SearchHits for ``query`` (what the nodes are made of); overrides as for search(). A version
+        retired between reading the serving model and searching it is retried (``ConnectionPool.run``)."""
+        return self._pool.run(lambda conn: self.request.run(conn, query, **overrides))
 
     def _nodes(self, hits) -> list[NodeWithScore]:
+        tenant = self.request.tenant_of()
         nodes = []
         for hit in hits:
             metadata = hit_metadata(hit)
             hidden = [key for key in metadata if key not in LLM_METADATA]
             node = TextNode(
-                id_=hit_id(hit),
+                id_=hit_id(hit, tenant),
                 text=hit.text,
                 metadata=metadata,
                 excluded_llm_metadata_keys=hidden,
