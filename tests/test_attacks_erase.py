@@ -253,6 +253,14 @@ def test_no_login_below_the_owner_can_select_or_explain_the_postings(conn, store
                         c.execute("SELECT toolkit.set_tenant('acme')")
                         with pytest.raises(pg_errors.InsufficientPrivilege):
                             c.execute(f"{prefix}SELECT * FROM {table} WHERE lexeme = %s", (guess,))
+    # The every-label-set reads are the service roles' (the writer's, the owner's): a reader or a deployer that called
+    # them would read the labelled rows of its tenant.
+    for role in ("reader", "bound", "deployer"):
+        for function in ("_read_term_stats_service", "_read_postings_service"):
+            with psycopg.connect(logins[role]) as c:
+                c.execute("SELECT toolkit.set_tenant('acme')")
+                with pytest.raises(pg_errors.InsufficientPrivilege):
+                    c.execute(f"SELECT * FROM toolkit.{function}(%s::integer, %s::text[])", (store[1], [guess]))
 
 
 def test_readers_search_the_postings_through_their_own_rows_only(conn, store, logins):

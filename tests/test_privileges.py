@@ -135,6 +135,8 @@ EVERYONE = {
     "_statistics_table",
     "_read_term_stats",
     "_read_postings",
+    "_read_term_stats_function",
+    "_read_postings_function",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
@@ -148,6 +150,9 @@ EVERYONE = {
     "model_destination_refused",
 }
 WRITER = EVERYONE | {
+    # A service role's full-text reads (every label set of the tenant, as the policies show the writer).
+    "_read_term_stats_service",
+    "_read_postings_service",
     "delete_documents",
     "create_version",
     "create_version_index",

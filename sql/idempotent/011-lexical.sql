@@ -179,41 +179,34 @@ BEGIN
 END
 $$;
 
--- Returns who reads the postings through _read_term_stats and _read_postings, decided as the tables' policies decide
--- it: the tenant (toolkit.current_tenant(): the tenant set, NULL for a login bound to other tenants; it fails closed
--- as every read does), the principals set, and whether every label set is visible (the caller is a service role, as
--- toolkit._is_service_role says of the current role). Inside a definer function the current role is the owner, so
--- the caller is the session's role: the one SET ROLE chose (the role setting, which only a member can set), else
--- the login.
-CREATE OR REPLACE FUNCTION toolkit._postings_reader()
-RETURNS TABLE (tenant text, principals text[], all_labels boolean)
+-- Returns who reads the postings through the functions below, decided as the tables' policies decide it: the
+-- tenant (toolkit.current_tenant(): the tenant set, NULL for a login bound to other tenants; it fails closed as every
+-- read does) and the principals set.
+CREATE OR REPLACE FUNCTION toolkit._postings_caller()
+RETURNS TABLE (tenant text, principals text[])
 LANGUAGE sql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT
-        toolkit.current_tenant(),
-        toolkit.current_principals(),
-        pg_has_role(r.caller, 'toolkit_writer', 'USAGE') OR pg_has_role(r.caller, 'toolkit_owner', 'USAGE')
-    FROM (SELECT coalesce(nullif(current_setting('role'), 'none'), session_user)::name AS caller) AS r;
+    SELECT toolkit.current_tenant(), toolkit.current_principals();
 $$;
 
 -- Returns a version's full-text statistics for the given lexemes ('' for the chunk count and their tokens), summed
--- over the rows the caller may read (its tenant, the label sets it holds a principal of): lexeme, df, tokens. A
--- lexeme no readable chunk holds has no row. Raises undefined_table when the version's tables are gone.
--- Definer: no role below the owner may read term_stats_vN (see _grant_text_postings); this applies its policies.
-CREATE OR REPLACE FUNCTION toolkit._read_term_stats(target integer, lexemes text[])
+-- over the rows of the reader's tenant in the label sets it holds a principal of (every label set: every_label):
+-- lexeme, df, tokens. A lexeme no such chunk holds has no row. Raises undefined_table when the tables are gone.
+-- Run by the definer functions below only (owner's EXECUTE), which decide every_label by who may call them.
+CREATE OR REPLACE FUNCTION toolkit._term_stats_rows(target integer, lexemes text[], every_label boolean)
 RETURNS TABLE (lexeme text, df double precision, tokens double precision)
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
+SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     reader record;
 BEGIN
-    SELECT * INTO reader FROM toolkit._postings_reader();
+    SELECT * INTO reader FROM toolkit._postings_caller();
     IF reader.tenant IS NULL THEN
         RETURN;
     END IF;
@@ -222,28 +215,28 @@ BEGIN
         ' WHERE s.tenant = $1 AND s.lexeme = ANY ($2)'
         '  AND ($3 OR cardinality(s.access_labels) = 0 OR s.access_labels && $4)'
         ' GROUP BY s.lexeme HAVING sum(s.df) <> 0 OR sum(s.tokens) <> 0', toolkit._statistics_table(target))
-    USING reader.tenant, lexemes, reader.all_labels, reader.principals;
+    USING reader.tenant, lexemes, every_label, reader.principals;
 END
 $$;
 
--- Returns a version's postings (lexeme, chunk id, tf, the chunk's token_count) of the given lexemes that the caller
--- may read (its tenant, the label sets it holds a principal of): of the given chunks only (chunk_ids NULL: any); with
--- max_rows, the first max_rows in the key's order (lexeme, then chunk id: an index range, however many chunks hold
--- the lexeme). Raises undefined_table when the version's tables are gone.
--- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
-CREATE OR REPLACE FUNCTION toolkit._read_postings(
-    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
+-- Returns a version's postings (lexeme, chunk id, tf, the chunk's token_count) of the given lexemes in the reader's
+-- tenant and the label sets it holds a principal of (every label set: every_label): of the given chunks only
+-- (chunk_ids NULL: any); with max_rows, the first max_rows in the key's order (lexeme, then chunk id: an index range,
+-- however many chunks hold the lexeme). Raises undefined_table when the tables are gone.
+-- Run by the definer functions below only (owner's EXECUTE), which decide every_label by who may call them.
+CREATE OR REPLACE FUNCTION toolkit._postings_rows(
+    target integer, lexemes text[], chunk_ids text[], max_rows integer, every_label boolean
 )
 RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
 LANGUAGE plpgsql
 STABLE
-SECURITY DEFINER
+SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     reader record;
 BEGIN
-    SELECT * INTO reader FROM toolkit._postings_reader();
+    SELECT * INTO reader FROM toolkit._postings_caller();
     IF reader.tenant IS NULL THEN
         RETURN;
     END IF;
@@ -254,8 +247,92 @@ BEGIN
         toolkit._postings_table(target),
         CASE WHEN chunk_ids IS NULL THEN '' ELSE ' AND t.chunk_id = ANY ($5)' END,
         CASE WHEN max_rows IS NULL THEN '' ELSE ' ORDER BY t.lexeme, t.chunk_id LIMIT $6' END)
-    USING reader.tenant, lexemes, reader.all_labels, reader.principals, chunk_ids, max_rows;
+    USING reader.tenant, lexemes, every_label, reader.principals, chunk_ids, max_rows;
 END
+$$;
+
+-- Returns a version's full-text statistics of the given lexemes that the caller may read: its tenant's, in the label
+-- sets it holds a principal of (see _term_stats_rows). Every role that searches may run it.
+-- Definer: no role below the owner may read term_stats_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_term_stats(target integer, lexemes text[])
+RETURNS TABLE (lexeme text, df double precision, tokens double precision)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.lexeme, s.df, s.tokens FROM toolkit._term_stats_rows(target, lexemes, false) AS s;
+$$;
+
+-- Returns a version's full-text statistics of the given lexemes in the caller's tenant over every label set, as the
+-- policies show them to a service role (toolkit._is_service_role: the writer, the owner and definer functions of the
+-- owner such as evaluate_version); only the writer and the owner may run it.
+-- Definer: no role below the owner may read term_stats_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_term_stats_service(target integer, lexemes text[])
+RETURNS TABLE (lexeme text, df double precision, tokens double precision)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.lexeme, s.df, s.tokens FROM toolkit._term_stats_rows(target, lexemes, true) AS s;
+$$;
+
+-- Returns a version's postings of the given lexemes that the caller may read: its tenant's, in the label sets it
+-- holds a principal of (see _postings_rows for chunk_ids and max_rows). Every role that searches may run it.
+-- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_postings(
+    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
+)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.lexeme, p.chunk_id, p.tf, p.token_count
+    FROM toolkit._postings_rows(target, lexemes, chunk_ids, max_rows, false) AS p;
+$$;
+
+-- Returns a version's postings of the given lexemes in the caller's tenant over every label set, as the policies show
+-- them to a service role (see _read_term_stats_service); only the writer and the owner may run it.
+-- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
+CREATE OR REPLACE FUNCTION toolkit._read_postings_service(
+    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
+)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.lexeme, p.chunk_id, p.tf, p.token_count
+    FROM toolkit._postings_rows(target, lexemes, chunk_ids, max_rows, true) AS p;
+$$;
+
+-- Returns the function a search reads the full-text statistics through, as the caller: every label set for a service
+-- role (toolkit._is_service_role: what the policies show it), else the label sets of its principals.
+CREATE OR REPLACE FUNCTION toolkit._read_term_stats_function()
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN toolkit._is_service_role() THEN 'toolkit._read_term_stats_service'
+        ELSE 'toolkit._read_term_stats' END;
+$$;
+
+-- Returns the function a search reads the full-text postings through, as the caller (see _read_term_stats_function).
+CREATE OR REPLACE FUNCTION toolkit._read_postings_function()
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN toolkit._is_service_role() THEN 'toolkit._read_postings_service'
+        ELSE 'toolkit._read_postings' END;
 $$;
 
 -- (Re)applies the chunk table's row-level security (tenant isolation, access labels) to a version's postings and

@@ -106,15 +106,16 @@ BEGIN
     -- through the definer functions that apply the tables' policies (no role below the owner may query them).
     IF cardinality(lexemes) > 0 THEN
         BEGIN
-            SELECT
-                coalesce(sum(s.df) FILTER (WHERE s.lexeme = ''), 0),
-                coalesce(sum(s.tokens) FILTER (WHERE s.lexeme = ''), 0),
-                coalesce(array_agg(s.lexeme ORDER BY s.df, s.lexeme COLLATE "C")
-                    FILTER (WHERE s.lexeme <> '' AND s.df > 0), '{}'),
-                coalesce(array_agg(s.df ORDER BY s.df, s.lexeme COLLATE "C")
-                    FILTER (WHERE s.lexeme <> '' AND s.df > 0), '{}')
+            EXECUTE format(
+                'SELECT coalesce(sum(s.df) FILTER (WHERE s.lexeme = %1$L), 0),'
+                ' coalesce(sum(s.tokens) FILTER (WHERE s.lexeme = %1$L), 0),'
+                ' coalesce(array_agg(s.lexeme ORDER BY s.df, s.lexeme COLLATE "C")'
+                '  FILTER (WHERE s.lexeme <> %1$L AND s.df > 0), %2$L),'
+                ' coalesce(array_agg(s.df ORDER BY s.df, s.lexeme COLLATE "C")'
+                '  FILTER (WHERE s.lexeme <> %1$L AND s.df > 0), %2$L)'
+                ' FROM %3$s($1, $2) AS s', '', '{}', toolkit._read_term_stats_function())
             INTO text_n, text_total, known, known_df
-            FROM toolkit._read_term_stats(target.version, lexemes || ''::text) AS s;
+            USING target.version, lexemes || ''::text;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);
         END;
@@ -126,10 +127,11 @@ BEGIN
         chosen_postings := chosen_postings + known_df[i];
     END LOOP;
     IF cardinality(chosen) > 0 THEN
-        candidates_sql := 'SELECT DISTINCT t.chunk_id FROM toolkit._read_postings($4, $18) AS t';
+        candidates_sql := format('SELECT DISTINCT t.chunk_id FROM %s($4, $18) AS t', toolkit._read_postings_function());
     ELSIF cardinality(known) > 0 THEN
         rarest := known[1];
-        candidates_sql := 'SELECT t.chunk_id FROM toolkit._read_postings($4, ARRAY[$19], NULL, $20) AS t';
+        candidates_sql := format('SELECT t.chunk_id FROM %s($4, ARRAY[$19], NULL, $20) AS t',
+            toolkit._read_postings_function());
     ELSE
         candidates_sql := 'SELECT NULL::text AS chunk_id WHERE false';
     END IF;
@@ -153,7 +155,7 @@ BEGIN
             ' text_candidates AS MATERIALIZED (%4$s),'
             ' text_rows AS MATERIALIZED (%6$s),'
             ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf'
-            '  FROM toolkit._read_postings($4, $23, ARRAY(SELECT r.chunk_id FROM text_rows AS r)) AS t),'
+            '  FROM %5$s($4, $23, ARRAY(SELECT r.chunk_id FROM text_rows AS r)) AS t),'
             ' text_terms AS (SELECT u.lexeme, ln(1 + ($21 - u.df + 0.5) / (u.df + 0.5)) AS idf'
             '  FROM unnest($23::text[], $24::float8[]) AS u (lexeme, df)),'
             ' text_hits AS MATERIALIZED (SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
@@ -171,7 +173,7 @@ BEGIN
             ' FROM fused AS x INNER JOIN %3$s AS c ON c.tenant = $3 AND c.chunk_id = x.chunk_id'
             ' WHERE ($26::float8 IS NULL OR %7$s >= $26)'
             ' ORDER BY 1',
-            vector_sql, NULL, target.chunk_table, candidates_sql, NULL,
+            vector_sql, NULL, target.chunk_table, candidates_sql, toolkit._read_postings_function(),
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
             CASE WHEN num_nonnulls(f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after,
                     f.updated_before, f.labels) = 0 THEN 'SELECT k.chunk_id FROM text_candidates AS k'
@@ -470,9 +472,10 @@ BEGIN
     IF budget IS NULL THEN
         BEGIN
             -- The mean chunk tokens from the version's full-text statistics (the rows the caller may read).
-            SELECT ceil(k * settings.passage_chunks * coalesce(sum(s.tokens) / nullif(sum(s.df), 0), 0))::integer
-            INTO budget
-            FROM toolkit._read_term_stats(target.version, ARRAY['']) AS s;
+            EXECUTE format(
+                'SELECT ceil($2 * $3 * coalesce(sum(s.tokens) / nullif(sum(s.df), 0), 0))::integer'
+                ' FROM %s($1, ARRAY[%L]) AS s', toolkit._read_term_stats_function(), '')
+            INTO budget USING target.version, k, settings.passage_chunks;
         EXCEPTION WHEN undefined_table THEN
             PERFORM toolkit._version_gone(target.version);
         END;

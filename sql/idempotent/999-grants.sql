@@ -73,6 +73,8 @@ toolkit._statistics_table,
 -- The full-text postings and statistics are read only through these (the caller's own rows; no direct grants).
 toolkit._read_term_stats,
 toolkit._read_postings,
+toolkit._read_term_stats_function,
+toolkit._read_postings_function,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
 toolkit.model_secrets,
@@ -80,6 +82,8 @@ toolkit.model_destination,
 toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
+-- A service role's full-text reads: every label set of the tenant, as the policies show the writer (and the owner).
+GRANT EXECUTE ON FUNCTION toolkit._read_term_stats_service, toolkit._read_postings_service TO toolkit_writer;
 -- search_passages cuts a passage's text from its document (row-level security and access labels apply).
 -- The metadata filters (metadata.key=value) find the documents they match, as the caller.
 GRANT SELECT (tenant, doc_id, title, raw_text, metadata, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
