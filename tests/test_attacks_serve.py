@@ -11,6 +11,7 @@ real server (uvicorn on a bound socket of 127.0.0.1) over the real database:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import selectors
 import socket
@@ -228,6 +229,18 @@ def test_a_60_kb_request_head_is_refused(start):
         f"{url}/search", json={"question": "kestrel project", "k": 3}, headers={"X-Padding": "a" * 60_000}
     )
     assert answer.status_code == 431, answer.text
+    # The same head sent in pieces, the first already over the bound: refused before the rest arrives.
+    address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 20_000)
+        with contextlib.suppress(OSError):  # the server may have answered and closed already
+            sock.sendall(b"a" * 40_000 + b"\r\n\r\n")
+        answer_bytes = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer_bytes += chunk
+    assert answer_bytes.startswith(b"HTTP/1.1 431 "), answer_bytes[:200]
+    assert json.loads(answer_bytes.split(b"\r\n\r\n", 1)[1])["error"]["message"].endswith(".")
     # Under the bound, many headers are fine.
     padded = {f"X-Padding-{n}": "a" * 100 for n in range(40)}
     assert httpx.post(f"{url}/search", json={"question": "kestrel project", "k": 3}, headers=padded).status_code == 200
@@ -250,7 +263,6 @@ def test_a_statement_timeout_answers_504_not_database_down(start, conn, store):
         answer = httpx.post(f"{url}/search", json={"question": "kestrel", "k": 3}, timeout=60)
     refused(answer, 504, "300ms")
     assert "toolkit db start" not in answer.text
-    assert doc_ids(httpx.post(f"{url}/search", json={"question": "kestrel project", "k": 3})) == {"public.md"}
 
 
 @pytest.mark.parametrize(

@@ -75,6 +75,7 @@ STATEMENT_TIMEOUT = "10s"  # per SQL statement of a request
 POOL_WAIT_SECONDS = 10.0  # for a free database connection
 RETRIES = 3  # a version retired between serving_model() and the search: read the serving model again
 VERSION_HEADER = "X-Toolkit-Version"
+CLOSE = {"Connection": "close"}  # a refusal after which nothing more of the connection is read
 TENANT_HEADER = "X-Toolkit-Tenant"
 PRINCIPALS_HEADER = "X-Toolkit-Principals"
 SEARCH_FIELDS = {
@@ -570,7 +571,9 @@ class Gate:
             size += len(name) + len(value) + 4
             headers.setdefault(name.decode("latin-1"), value.decode("latin-1"))
         if size > MAX_HEAD_BYTES:
-            return _error(431, f"The request head is over {MAX_HEAD_BYTES} bytes.", "invalid_request_error")
+            return _error(
+                431, f"The request head is over {MAX_HEAD_BYTES} bytes.", "invalid_request_error", headers=CLOSE
+            )
         host = headers.get("host")
         if not self._allowed(_host_name(host or "")):
             return _error(
