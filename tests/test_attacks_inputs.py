@@ -304,7 +304,9 @@ def test_shadow_with_k_251_is_refused_with_its_maximum(nobody_listening, conn, t
     with pytest.raises(InputError, match=f"from 1 to {validation.SHADOW_K.maximum}, not 251"):
         shadow(conn, 2, [Question(TENANT, "hello")], k=251)
     # the largest k passes the parser (the command then fails to connect: exit 1)
-    allowed = run(nobody_listening, "shadow", "--version", "2", "--queries", str(queries), "-k", "50")
+    allowed = run(
+        nobody_listening, "shadow", "--version", "2", "--queries", str(queries), "-k", str(validation.SHADOW_K.maximum)
+    )
     assert allowed.exit_code == 1, allowed.output
 
 

@@ -65,7 +65,7 @@ def canary(output_format, **options) -> None:
     type=Number(validation.SHADOW_K),
     default=5,
     show_default=True,
-    help="Results compared per question (1-50).",
+    help="Results compared per question (1-20).",
 )
 @click.option(
     "--max-questions",
