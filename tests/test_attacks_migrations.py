@@ -72,15 +72,31 @@ def test_a_downgrade_to_0004_keeps_the_roles_privileges_on_the_versions_postings
     assert conn.execute(LEXICAL_PRIVILEGES).fetchall() == before
 
 
+PASSAGES = "SELECT doc_id, chunk_ids FROM toolkit.search_passages('text', %(q)s, 3)"
+
+
 @pytest.mark.parametrize("login", ["bound", "unbound"])
-def test_readers_of_a_database_downgraded_to_0004_search_with_its_release(database_url, readers, login):
-    """0004's served search (hybrid_search_chunks, search_context) works for a bound and an unbound reader."""
+def test_readers_of_a_database_downgraded_to_0004_search_with_its_release_and_are_told_what_search_passages_is(
+    database_url, readers, login
+):
+    """0004's served search (hybrid_search_chunks, search_context) works for a bound and an unbound reader. This
+    release's search_passages cannot (it needs this release's hybrid_search_chunks, which the downgrade replaces):
+    an application still calling it is told so, with what to call, not "permission denied for table term_stats_v1";
+    the upgrade gives it back."""
+    before = _search(readers[login], PASSAGES)
+    assert before
     migrate.downgrade(database_url, "0004")
     for statement in (
         "SELECT chunk_id FROM toolkit.hybrid_search_chunks('text', %(q)s, 3)",
         "SELECT chunk_ids FROM toolkit.search_context(%(q)s, 3, 'window:1', 'text')",
     ):
         assert len(_search(readers[login], statement)) == 3, statement
+    with pytest.raises(psycopg.errors.FeatureNotSupported) as caught:
+        _search(readers[login], PASSAGES)
+    assert "revision 0004" in str(caught.value) and "downgraded" in str(caught.value)
+    assert "toolkit.hybrid_search_chunks" in caught.value.diag.message_hint
+    migrate.upgrade(database_url)
+    assert _search(readers[login], PASSAGES) == before
 
 
 # -- a reader cannot hold the migration out -------------------------------------------------------------------------

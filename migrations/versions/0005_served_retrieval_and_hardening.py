@@ -7,7 +7,7 @@ Create Date: 2026-12-02
 
 from alembic import op
 
-from toolkit.db.migration_guard import restore_release
+from toolkit.db.migration_guard import restore_release, withdraw
 from toolkit.db.sql_files import apply_incremental
 
 revision = "0005"
@@ -52,4 +52,13 @@ def downgrade() -> None:
             "toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer, integer,"
             " double precision, double precision)",
         ],
+    )
+    # search_passages (this release's served retrieval) stays for the applications still calling it, but cannot
+    # work on 0004's schema: it needs this release's hybrid_search_chunks options and chunk-table names, which 0004's
+    # functions replaced. Those calls get a sentence instead of "permission denied" or "does not exist".
+    withdraw(
+        connection,
+        ["search_passages"],
+        revision="0004",
+        instead="toolkit.hybrid_search_chunks or toolkit.search_context",
     )

@@ -3,6 +3,8 @@ putting back the functions, views and policies of the release a downgrade return
 
 from __future__ import annotations
 
+from psycopg import sql
+
 from toolkit.db.sql_files import release_files
 
 
@@ -121,3 +123,47 @@ def _table_privileges(connection) -> set[tuple[str, str, str]]:
         " AND r.rolname IN ('toolkit_reader', 'toolkit_writer', 'toolkit_deployer')"
     ).fetchall()
     return set(rows)
+
+
+def withdraw(connection, functions: list[str], *, revision: str, instead: str) -> None:
+    """Gives this release's ``functions`` (bare names, kept by ``restore_release`` because the release at
+    ``revision`` does not define them) a body that refuses with a sentence, for those that cannot work on that
+    release's schema: they call functions it replaced with its own signatures. An application still calling one
+    after the downgrade is told what happened and what to call instead (``instead``), not "function … does not
+    exist" or "permission denied". Same arguments, result, volatility and grants; the next upgrade puts the body
+    back (CREATE OR REPLACE)."""
+    connection.execute("SET LOCAL ROLE toolkit_owner")
+    # The arguments name pgvector's types unqualified: read and create them where the extension is.
+    saved = connection.execute(
+        "SELECT current_setting('search_path'), set_config('search_path', toolkit._vector_schema(), true)"
+    ).fetchone()[0]
+    rows = connection.execute(
+        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),"
+        " CASE p.provolatile WHEN 'i' THEN 'IMMUTABLE' WHEN 's' THEN 'STABLE' ELSE 'VOLATILE' END"
+        " FROM pg_catalog.pg_proc AS p WHERE p.pronamespace = 'toolkit'::regnamespace AND p.proname = ANY (%s)",
+        (functions,),
+    ).fetchall()
+    for name, arguments, result, volatility in rows:
+        message = (
+            f"toolkit.{name} is not part of the toolkit release at revision {revision}: the database was downgraded "
+            "to it"
+        )
+        hint = f"Search with {instead} (that release's), or upgrade the database with toolkit migrate."
+        body = sql.SQL(
+            "BEGIN RAISE EXCEPTION USING MESSAGE = {}, ERRCODE = 'feature_not_supported', HINT = {}; END"
+        ).format(sql.Literal(message), sql.Literal(hint))
+        # The name, argument list, result and volatility come from the catalog, not from input.
+        connection.execute(
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION toolkit.{}({}) RETURNS {} LANGUAGE plpgsql {} SECURITY INVOKER"
+                " SET search_path = pg_catalog, pg_temp AS {}"
+            ).format(
+                sql.Identifier(name),
+                sql.SQL(arguments),
+                sql.SQL(result),
+                sql.SQL(volatility),
+                sql.Literal(body.as_string(connection)),
+            )
+        )
+    connection.execute("SELECT set_config('search_path', %s, true)", (saved,))
+    connection.execute("RESET ROLE")
