@@ -221,6 +221,31 @@ def test_an_erased_tenants_vectors_are_forgotten_and_purge_empties_the_cache(tmp
         assert db.execute("SELECT count(*) FROM embeddings").fetchone()[0] == 0
 
 
+def test_an_erased_tenants_chunks_leave_the_cache_and_the_other_tenants_stay(conn, database_url, tmp_path, monkeypatch):
+    from toolkit.embedding.cache import forget_chunks
+
+    write_corpus(tmp_path / "acme")
+    (tmp_path / "globex").mkdir()
+    (tmp_path / "globex" / "plan.md").write_text("# Plan\n\nGlobex ships the new turbines in the autumn.\n")
+    ingest(conn, [tmp_path / "acme"], "acme")
+    ingest(conn, [tmp_path / "globex"], "globex")
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    register_model(conn, "erased", "sentence-transformers", MINILM)
+    version = backfill(database_url, "erased").version
+
+    def cached() -> int:
+        with sqlite3.connect(tmp_path / "cache" / CACHE_FILE) as db:
+            return db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    assert cached() == 3
+    rows = conn.execute(
+        f"SELECT heading_path, context, text FROM toolkit.chunks_v{version} WHERE tenant = 'acme' AND NOT is_parent"
+    ).fetchall()
+    assert len(rows) == 2
+    assert forget_chunks(rows) == 2  # what an erase of acme calls with the rows it deletes
+    assert cached() == 1
+
+
 # --- backups and restore ------------------------------------------------------------------------------------------
 
 
