@@ -88,6 +88,16 @@ def _key_at(path: Path) -> bytes:
     hint = (
         f"delete it and the toolkit makes a new one (the caches it signed are then recomputed), or set {KEY_VARIABLE}."
     )
+    try:
+        return _read_or_make_key(path, hint)
+    except OSError as error:  # a home directory the process may not write (a container's, a service account's)
+        raise InputError(
+            f"Cannot read or create the toolkit's signing key {str(path)!r} ({error.strerror}); set {KEY_VARIABLE} "
+            "to a file in a directory of your own (it is made there, mode 0600)."
+        ) from None
+
+
+def _read_or_make_key(path: Path, hint: str) -> bytes:
     private_directory(path.parent, "directory of the toolkit's signing key", hint)
     if not path.exists():
         # Written whole under a temporary name, then linked into place: a concurrent process either wins the
