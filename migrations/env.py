@@ -18,7 +18,7 @@ from alembic import context
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
-from toolkit.db.migration_locks import lock_for_migration
+from toolkit.db.migration_locks import LOCK_TIMEOUT, MAX_STALL, TERMINATE_AFTER, LockPolicy, lock_for_migration
 from toolkit.db.preflight import preflight
 from toolkit.db.sql_files import (
     apply_idempotent,
@@ -28,6 +28,7 @@ from toolkit.db.sql_files import (
     sql_fingerprint,
     sqlalchemy_url,
 )
+from toolkit.errors import InputError
 
 # alembic's version table: public.toolkit_alembic_version (one row, the revision). It is outside schema toolkit so
 # that `downgrade base`, which drops the schema, can still record the result; that downgrade then drops it too.
@@ -64,6 +65,27 @@ def _say(message: str) -> None:
     """Reports to the operator: toolkit migrate prints config.attributes['notices'], alembic logs them."""
     config.attributes.setdefault("notices", []).append(message)
     log.warning(message)
+
+
+def _lock_policy() -> LockPolicy | None:
+    """How the migration gets its locks: toolkit migrate's options, or alembic's ``-x max_stall=1 -x
+    lock_timeout=60 -x terminate_blockers_after=30`` (seconds; the same rules)."""
+    if config.attributes.get("lock_policy") is not None:
+        return config.attributes["lock_policy"]
+    given = context.get_x_argument(as_dictionary=True)
+    rules = {"max_stall": MAX_STALL, "lock_timeout": LOCK_TIMEOUT, "terminate_blockers_after": TERMINATE_AFTER}
+    try:
+        values = {name: rule.parse(given[name]) for name, rule in rules.items() if name in given}
+        if not values:
+            return None
+        defaults = LockPolicy()
+        return LockPolicy(
+            max_stall=values.get("max_stall", defaults.max_stall),
+            timeout=values.get("lock_timeout", defaults.timeout),
+            terminate_after=values.get("terminate_blockers_after"),
+        )
+    except InputError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _steps(script, direction: str, current: str | None, heads: set[str]) -> int | None:
@@ -119,6 +141,7 @@ def run_migrations_online() -> None:
             with context.begin_transaction():
                 context.run_migrations()
             return
+        policy = _lock_policy()  # a bad -x value is refused even when there is nothing to do
         script = ScriptDirectory.from_config(config)
         heads = set(script.get_heads())
         with context.begin_transaction():
@@ -131,7 +154,7 @@ def run_migrations_online() -> None:
             if direction == "upgrade":
                 # What a role that is not a superuser lacks is named before anything changes.
                 preflight(driver, current=next(iter(current), None))
-            lock_for_migration(driver, say=_say, policy=config.attributes.get("lock_policy"))
+            lock_for_migration(driver, say=_say, policy=policy)
             if progress is not None:
                 progress.set_total(_steps(script, direction, next(iter(current), None), heads))
             context.run_migrations()

@@ -4,8 +4,12 @@ release being left, and `toolkit migrate base` does what it says."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -19,6 +23,8 @@ from toolkit import cutover
 from toolkit.cli import main
 from toolkit.db import migrate, migration_locks
 from toolkit.errors import DatabaseError, InputError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _as_user(url: str, login: str) -> str:
@@ -132,6 +138,31 @@ def test_a_reader_idle_in_a_transaction_is_named_when_the_migration_gives_up_at_
         # nothing changed, and the reader's transaction goes on
         assert _fingerprint(conn) == before
         assert reader.execute("SELECT count(*) FROM toolkit.active_chunks").fetchone()[0] > 0
+    finally:
+        reader.close()
+
+
+def test_alembic_s_own_command_line_takes_the_lock_timeout_and_names_the_idle_reader(conn, database_url, readers):
+    application = f"idle-reader-{uuid.uuid4().hex[:6]}"
+    reader = _open_reader(readers["unbound"], application)
+    before = _fingerprint(conn)
+    try:
+        env = {**os.environ, "TOOLKIT_DATABASE_URL": database_url}
+        command = [sys.executable, "-m", "alembic", "-x", "lock_timeout=2", "-x", "max_stall=0.5", "downgrade", "0004"]
+        run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode != 0
+        assert f"pid {reader.info.backend_pid} " in run.stderr and application in run.stderr, run.stderr[-2000:]
+        assert "in 2 s" in run.stderr, run.stderr[-2000:]
+        assert _fingerprint(conn) == before
+        bad = subprocess.run(
+            [sys.executable, "-m", "alembic", "-x", "max_stall=nan", "upgrade", "head"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert bad.returncode != 0 and "--max-stall" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     finally:
         reader.close()
 
