@@ -168,15 +168,15 @@ def test_a_cross_origin_text_plain_post_is_refused(start):
 # -- item 2: staying up -----------------------------------------------------------------------------------------
 
 
-def _closed_within(sockets: list[socket.socket], deadline: float) -> list[socket.socket]:
-    """Waits until each socket reads end-of-file (the server closed it; whatever it wrote first is drained) or the
-    deadline passes; returns the sockets still open."""
+def _closed_within(sockets: list[socket.socket], deadline: float, still_open: int = 0) -> list[socket.socket]:
+    """Waits until each socket but ``still_open`` of them reads end-of-file (the server closed it; whatever it wrote
+    first is drained) or the deadline passes; returns the sockets still open."""
     selector = selectors.DefaultSelector()
     for sock in sockets:
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
     open_ones = set(sockets)
-    while open_ones and time.monotonic() < deadline:
+    while len(open_ones) > still_open and time.monotonic() < deadline:
         for key, _ in selector.select(timeout=max(0.0, deadline - time.monotonic())):
             try:
                 data = key.fileobj.recv(65536)
@@ -221,6 +221,44 @@ def test_seventy_idle_or_half_sent_sockets_neither_block_requests_nor_stay_open(
     finally:
         for sock in silent + half + [drip]:
             sock.close()
+
+
+def test_a_flood_of_sockets_closes_the_longest_waiting_not_the_newcomer(start, monkeypatch):
+    """More sockets than the server keeps open: each new one closes the one waiting longest for a head (the head
+    timeout is made long here, so every close seen is one of these)."""
+    from toolkit import serve
+
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 5)
+    monkeypatch.setattr(serve, "HEAD_TIMEOUT", 600.0)
+    url = start(tenant="acme")
+    address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    silent = [socket.create_connection(address) for _ in range(8)]
+    try:
+        assert doc_ids(httpx.post(f"{url}/search", json={"question": "kestrel project", "k": 3})) == {"public.md"}
+        left = _closed_within(silent, time.monotonic() + 30, still_open=4)
+        assert len(left) == 4, f"{8 - len(left)} of the 8 waiting sockets were closed; 4 should have been"
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_a_body_that_never_arrives_gets_408(start, monkeypatch):
+    from toolkit import serve
+
+    monkeypatch.setattr(serve, "BODY_TIMEOUT", 1.0)
+    url = start(tenant="acme")
+    address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    with socket.create_connection(address, timeout=30) as sock:
+        sock.sendall(
+            b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"question"'
+        )
+        answer_bytes = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer_bytes += chunk
+    assert answer_bytes.startswith(b"HTTP/1.1 408 "), answer_bytes[:200]
+    assert "send it whole" in json.loads(answer_bytes.split(b"\r\n\r\n", 1)[1])["error"]["message"]
 
 
 def test_a_60_kb_request_head_is_refused(start):

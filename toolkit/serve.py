@@ -153,7 +153,9 @@ async def _read_json(request: Request) -> dict:
                     raise RequestError(413, f"The request body is over {MAX_BODY_BYTES} bytes.")
     except TimeoutError:
         raise RequestError(
-            408, f"The request body did not arrive within {BODY_TIMEOUT:g} s of its head; send it whole."
+            408,
+            f"The request body did not arrive within {BODY_TIMEOUT:g} s of its head; send it whole.",
+            headers=CLOSE,
         ) from None
     try:
         body = json.loads(received)
