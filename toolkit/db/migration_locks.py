@@ -259,15 +259,19 @@ def lock_for_migration(
         attempt += 1
         blockers = _blockers(conn, [waited_for])
         now = time.monotonic()
-        if terminate_at is not None and now >= terminate_at and blockers:
+        if terminate_at is not None and now >= terminate_at and blockers and now < deadline:
             _end_sessions(conn, blockers, policy.terminate_after, say)
             pause = FIRST_PAUSE_S
-        elif now >= deadline:
+        elif now >= deadline:  # also when a session could not be ended (the role may not signal it)
             raise DatabaseError(
                 f"The migration could not lock the toolkit's views and tables in {policy.timeout:g} s "
                 f"({attempt} attempts): held by {_named(blockers)}. Nothing was changed; end those transactions "
-                "(keep reader transactions short), or run it again with --terminate-blockers-after SECONDS to have "
-                "the migration end them."
+                "(keep reader transactions short)"
+                + (
+                    ", or run it again with --terminate-blockers-after SECONDS to have the migration end them."
+                    if policy.terminate_after is None
+                    else " (the migration could not end them: it needs the right to signal them, see above)."
+                )
             )
         if attempt == 1:
             say("Waiting for open transactions on the toolkit's views and tables before migrating…")
