@@ -625,6 +625,12 @@ class Gate:
             self.in_flight -= 1
 
 
+async def _internal_error(request: Request, error: Exception) -> Response:
+    # What no endpoint caught (the endpoints map every error they expect): logged, and answered in the same shape.
+    log.error("toolkit serve: %s failed", request.url.path, exc_info=error)
+    return _error(500, _INTERNAL, "server_error")
+
+
 def create_app(settings: ServerSettings) -> Starlette:
     app = App(settings)
     routes = [
@@ -638,7 +644,9 @@ def create_app(settings: ServerSettings) -> Starlette:
         yield
         app.pool.close()
 
-    starlette = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    starlette = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error, Exception: _internal_error}
+    )
     starlette.state.toolkit = app
     return starlette
 
