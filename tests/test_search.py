@@ -578,9 +578,9 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
     ("args", "message", "code"),
     [
         (["--expand", "grandparent"], "--expand 'grandparent' is not understood", 1),
-        (["--filter", "title=x"], "not KEY=VALUE with a known key", 1),
-        (["--filter", "metadata.tags=[1, 2]"], "compares a top-level key with one value, not with a JSON list", 1),
-        (["--filter", "metadata.=x"], "is not metadata.KEY=VALUE with a key", 1),
+        (["--filter", "title=x"], "not KEY=VALUE with a known key", 2),
+        (["--filter", "metadata.tags=[1, 2]"], "compares a top-level key with one value, not with a JSON list", 2),
+        (["--filter", "metadata.=x"], "is not metadata.KEY=VALUE with a key", 2),
         (["--min-score", "abc"], "The score threshold (min_score) must be a number from -1 to 1, not 'abc'", 2),
         (["--diversity", "1.5"], "The diversity (MMR lambda) must be a number from 0 to 1, not '1.5'", 2),
         (["--diversity", "0.5", "--expand", "parent"], "use one or the other", 1),
