@@ -106,8 +106,10 @@ def restore(file: str, output_format: str) -> None:
     chosen = _settings()
     database = resolve_database(chosen.database_url, chosen.data_dir)
     report = restore_database(database.url, file)
-    ensure_schema(database)  # a dump of an older release: the embedded one is upgraded, a URL's is named
+    # Said first: a URL's database restored from an older release is then named for `toolkit migrate` (exit 1),
+    # and the restore itself has been committed by then.
     _render.print_backup(report, "Restored", output_format)
+    ensure_schema(database)  # a dump of an older release: the embedded one is upgraded
 
 
 @click.command(short_help="Upgrade (or downgrade) the toolkit schema.")
