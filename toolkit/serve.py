@@ -73,7 +73,6 @@ LARGE_K = 20  # searches asking more share a smaller budget (a quarter of the po
 MAX_EXPAND_WINDOW = 5  # expand window:N reads k x (2N + 1) chunks
 STATEMENT_TIMEOUT = "10s"  # per SQL statement of a request
 POOL_WAIT_SECONDS = 10.0  # for a free database connection
-RETRIES = 3  # a version retired between serving_model() and the search: read the serving model again
 VERSION_HEADER = "X-Toolkit-Version"
 CLOSE = {"Connection": "close"}  # a refusal after which nothing more of the connection is read
 TENANT_HEADER = "X-Toolkit-Tenant"
@@ -320,17 +319,6 @@ class App:
         key = request.headers.get("x-toolkit-request-key")
         return _text(key, "X-Toolkit-Request-Key", required=False)
 
-    def _with_retry(self, work):
-        """``work(conn)`` on a pooled connection; a version retired meanwhile is retried with a fresh serving model."""
-        for attempt in range(RETRIES):
-            try:
-                with self.pool.connection(POOL_WAIT_SECONDS) as conn:
-                    return work(conn)
-            except VersionUnavailableError:
-                if attempt == RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
-
     async def _run(self, work, *, large: bool = False):
         """``work(conn)`` in a thread once a database slot is free (for a large search, first a slot of its
         budget); a slot that stays busy for POOL_WAIT_SECONDS answers 503."""
@@ -346,7 +334,8 @@ class App:
                         headers={"Retry-After": "1"},
                     ) from None
                 slots.callback(semaphore.release)
-            return await run_in_threadpool(self._with_retry, work)
+            # ConnectionPool.run: a version retired between serving_model() and the search is retried there.
+            return await run_in_threadpool(self.pool.run, work, POOL_WAIT_SECONDS)
 
     async def health(self, request: Request) -> Response:
         def check(conn):
