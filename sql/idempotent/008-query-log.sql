@@ -265,15 +265,19 @@ BEGIN
         RAISE EXCEPTION 'a logged query''s result entry takes more than 4,096 bytes'
             USING ERRCODE = 'program_limit_exceeded', HINT = 'Log what was served: doc_id, start, end, rank, score.';
     END IF;
-    -- A row holds at most 4,096 bytes of results: the leading entries that fit (about 40 of a search's hits).
+    -- A row holds at most 4,096 bytes of results, as text and as stored: the leading entries that fit (about 40 of a
+    -- search's hits). An entry takes its text and ', ', or its own jsonb size less its header, its entry in the
+    -- array's table (4 bytes) and alignment (up to 3), whichever is more; the array's headers take 8 bytes.
     -- Entries are kept whole: toolkit delete finds the questions to delete by the doc_id they cite.
-    IF octet_length(results::text) > 4096 THEN
+    IF octet_length(results::text) > 4088 OR pg_column_size(results) > 4096 THEN
         SELECT coalesce(jsonb_agg(x.value ORDER BY x.n), '[]') INTO results
         FROM (
-            SELECT e.value, e.n, sum(octet_length(e.value::text) + 2) OVER (ORDER BY e.n) AS running
+            SELECT e.value, e.n,
+                sum(greatest(octet_length(e.value::text) + 2, pg_column_size(e.value) + 4)) OVER (ORDER BY e.n)
+                AS running
             FROM jsonb_array_elements(results) WITH ORDINALITY AS e (value, n)
         ) AS x
-        WHERE x.running <= 4096;
+        WHERE x.running <= 4088;
     END IF;
     IF latency_ms IS NOT NULL AND NOT (latency_ms >= 0 AND latency_ms <= 86400000) THEN
         RAISE EXCEPTION 'a logged query''s latency must be from 0 to 86,400,000 ms, not %', latency_ms
