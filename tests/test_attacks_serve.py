@@ -267,12 +267,10 @@ def test_a_60_kb_request_head_is_refused(start):
         f"{url}/search", json={"question": "kestrel project", "k": 3}, headers={"X-Padding": "a" * 60_000}
     )
     assert answer.status_code == 431, answer.text
-    # The same head sent in pieces, the first already over the bound: refused before the rest arrives.
+    # A head still incomplete at 20 kB (the rest may never come): refused without waiting for its end.
     address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
     with socket.create_connection(address, timeout=30) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 20_000)
-        with contextlib.suppress(OSError):  # the server may have answered and closed already
-            sock.sendall(b"a" * 40_000 + b"\r\n\r\n")
         answer_bytes = b""
         with contextlib.suppress(ConnectionResetError):
             while chunk := sock.recv(65536):

@@ -33,6 +33,7 @@ import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -707,7 +708,8 @@ def _protocol():
                                          "code": None}}).encode()  # fmt: skip
             headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
             try:
-                self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
+                reason = HTTPStatus(status).phrase.encode()
+                self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers, reason=reason)))
                 self.transport.write(self.conn.send(h11.Data(data=body)))
                 self.transport.write(self.conn.send(h11.EndOfMessage()))
             except h11.LocalProtocolError:
