@@ -216,6 +216,9 @@ ROWS = [
     # restore (the database holds data: refused, whether the file exists or not)
     row("db restore", "file", ["db", "restore", V], path(REFUSED, negative=USAGE)),
     row("db restore", "--format", "db restore --format {} {file}", choice()),
+    # db psql: ARGS go to the bundled psql as they are (-c: it never waits on stdin); a value psql itself refuses
+    # (-5: an unknown option) is its message, then one sentence naming its exit status
+    row("db psql", "args", ["db", "psql", "-X", "-c", "SELECT 1", V], named(READ, negative=REFUSED)),
     # cache purge (no database; every bad --format is refused where the command line is read)
     row("cache purge", "--format", "cache purge --format {}", choice(), database=False),
     # estimate (no database)

@@ -65,14 +65,56 @@ def status(output_format: str) -> None:
 
 @db.command()
 def url() -> None:
-    """Print the connection URL (started if needed) alone on the last line."""
-    from toolkit.db.connection import resolve_database
+    """Print the connection URL (started if needed) alone on the last line.
+
+    At any schema revision: a schema below (or above) this toolkit's is named in a warning on stderr, and the URL is
+    printed anyway (it is what `alembic upgrade head` or `toolkit db psql` needs then). A database that cannot be
+    reached is still an error.
+    """
+    from toolkit.db.connection import connect, resolve_database
     from toolkit.db.schema import ensure_schema
+    from toolkit.errors import DatabaseError
 
     settings = _settings()
     database = resolve_database(settings.database_url, settings.data_dir)
-    ensure_schema(database)
+    connect(database.url, autocommit=True, register_vector=False).close()  # unreachable: an error, no URL
+    try:
+        ensure_schema(database)
+    except DatabaseError as error:
+        say(f"Warning: {error} The URL is printed anyway.", err=True)
     say(database.url)
+
+
+@db.command(
+    # ARGS are psql's: its options (-h, -c, -f…) are not the toolkit's; `--help` is ours, `-- --help` psql's.
+    context_settings={
+        "ignore_unknown_options": True,
+        "allow_interspersed_args": False,
+        "help_option_names": ["--help"],
+    },
+    short_help="Run the embedded server's psql 18 on the database.",
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def psql(args: tuple[str, ...]) -> None:
+    """Run psql 18 (the embedded PostgreSQL's own, which has `\\bind`) on the toolkit's database, passing ARGS to
+    it: `toolkit db psql -c 'SELECT 1'`, `toolkit db psql -f script.sql`. The database is --database-url /
+    TOOLKIT_DATABASE_URL, else the embedded server (started if needed); its schema is not checked. Put `--` before
+    ARGS that start with a dash the toolkit itself knows (--help). psql's exit status is the command's."""
+    from toolkit.db.connection import resolve_database
+    from toolkit.db.server import run_client
+
+    settings = _settings()
+    database = resolve_database(settings.database_url, settings.data_dir)
+    run_client("psql", ["-d", database.url, *args])
+
+
+@db.command(name="bin")
+def bin_directory() -> None:
+    """Print the directory of the embedded PostgreSQL 18's client tools (psql, pg_dump, pg_dumpall, pg_restore…):
+    `"$(toolkit db bin)/pg_dumpall"`. Starts nothing."""
+    from toolkit.db.server import client_binary
+
+    say(client_binary("psql").parent)
 
 
 @db.command()

