@@ -18,7 +18,9 @@ import socket
 import threading
 import time
 
+import psycopg
 import pytest
+from support import wait_until
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -289,6 +291,39 @@ def test_a_k_over_the_cap_is_refused(start):
     for k in (MAX_K + 1, 1000, 10**9):
         refused(httpx.post(f"{url}/search", json={"question": "kestrel", "k": k}), 400, f"at most {MAX_K}")
     assert httpx.post(f"{url}/search", json={"question": "kestrel", "k": MAX_K}).status_code == 200
+
+
+def test_clients_asking_the_largest_k_cannot_take_every_connection(start, conn, store, database_url):
+    """Six searches at the largest k on a pool of 4: they share a quarter of it (one connection), so a small request
+    still finds a connection. The version's table is locked by the test, so the large search that runs waits on
+    the lock (seen in pg_locks) and the others wait for their budget."""
+    from toolkit.serve import MAX_K
+
+    url = start(tenant="acme", pool_size=4)
+    table = f"toolkit.chunks_v{store}"
+    answers: list[int] = []
+
+    def large() -> None:
+        answers.append(httpx.post(f"{url}/search", json={"question": "kestrel", "k": MAX_K}, timeout=60).status_code)
+
+    def waiting_on_the_lock(watcher) -> int:
+        return watcher.execute(
+            "SELECT count(*) FROM pg_locks WHERE relation = %s::regclass AND NOT granted", (table,)
+        ).fetchone()[0]
+
+    with psycopg.connect(database_url, autocommit=True) as watcher:
+        with conn.transaction():
+            conn.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            threads = [threading.Thread(target=large) for _ in range(6)]
+            for thread in threads:
+                thread.start()
+            wait_until(lambda: waiting_on_the_lock(watcher) >= 1, "a large search waiting on the lock")
+            health = httpx.get(f"{url}/health", timeout=60)
+            assert health.status_code == 200, health.text
+            assert waiting_on_the_lock(watcher) == 1
+        for thread in threads:
+            thread.join(60)
+    assert answers == [200] * 6
 
 
 def test_a_statement_timeout_answers_504_not_database_down(start, conn, store):
