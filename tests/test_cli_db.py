@@ -170,6 +170,19 @@ def test_a_terminated_session_and_a_refused_connection_are_one_line(database_url
     )
 
 
+def test_a_statement_timeout_is_a_cancelled_statement_not_a_failed_connection(database_url):
+    # 57014 is in class 57 with the connection errors; it used to read "The database connection failed … toolkit db
+    # start" although the server was up and only one statement had run too long.
+    from toolkit.db.connection import connect, translate_errors
+
+    with connect(database_url, autocommit=True) as session:
+        session.execute("SET statement_timeout = '20ms'")
+        with pytest.raises(DatabaseError) as caught, translate_errors():
+            session.execute("SELECT pg_sleep(5)")
+    assert str(caught.value).startswith("The database cancelled the statement: it ran past the statement_timeout")
+    assert "connection failed" not in str(caught.value)
+
+
 def test_migrate_says_where_it_started_and_that_head_is_already_there(database_url):
     from toolkit.db import migrate
 

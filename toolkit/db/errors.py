@@ -98,6 +98,9 @@ _BY_SQLSTATE = {
     "40001": "The database could not serialize this transaction with a concurrent one and rolled it back; run the "
     "command again.",
     "55P03": "A lock the command needs is held by another session; run it again when that session is done.",
+    # 57014 is a class-57 error but not a connection failure: the server is up, one statement ran too long.
+    "57014": "The database cancelled the statement: it ran past the statement_timeout (or was cancelled by an "
+    "administrator); nothing of it was kept. Run it again, with a larger statement_timeout if it needs longer.",
 }
 
 
