@@ -164,3 +164,30 @@ def test_a_failing_log_does_not_fail_the_search_or_its_transaction(conn, reader,
         assert app.execute("SELECT toolkit.active_version()").fetchone()[0] == logging_on
         app.commit()
     assert _logged(conn) == 0
+
+
+def test_a_reader_holding_a_transaction_open_after_logging_does_not_hang_the_owner_or_status(
+    conn, reader, logging_on, database_url
+):
+    """Its log pruned (or counted a skipped question), so its transaction holds the log's settings row: the owner's
+    change is refused naming it instead of waiting for it, and toolkit status goes on without pruning."""
+    active = logging_on
+    deployer = f"deployer_{uuid.uuid4().hex[:8]}"
+    conn.execute(f'CREATE ROLE "{deployer}" LOGIN IN ROLE toolkit_deployer')
+    conn.execute("SET statement_timeout = '30s'")  # on the code before, the owner waited for the reader
+    try:
+        with psycopg.connect(reader) as app:
+            app.execute("SELECT toolkit.set_tenant('a')")
+            assert _log(app, active, "first question of the minute")  # prunes: takes the settings row
+            with pytest.raises(psycopg.errors.LockNotAvailable, match=f"pid {app.info.backend_pid} "):
+                conn.execute("SELECT * FROM toolkit.set_query_log(0)")
+            parts = urlsplit(database_url)
+            url = urlunsplit(parts._replace(netloc=f"{deployer}@{parts.netloc.split('@')[-1]}"))
+            result = CliRunner().invoke(main, ["--database-url", url, "status", "--format", "json"])
+            assert result.exit_code == 0, result.output
+            app.commit()
+        assert conn.execute("SELECT * FROM toolkit.set_query_log(0)").fetchone()[0] == 0
+    finally:
+        conn.execute("RESET statement_timeout")
+        conn.execute(f'DROP OWNED BY "{deployer}"')
+        conn.execute(f'DROP ROLE "{deployer}"')

@@ -3,6 +3,36 @@
 -- The questions are personal data: logging is off until an operator sets a sample rate.
 SET LOCAL ROLE toolkit_owner;
 
+-- Takes the query log's settings row for the rest of the transaction, for the owner's and the deployer's changes
+-- (settings, bounds, pruning). A reader's transaction that logged a question may hold it (it pruned, or counted a
+-- skipped question) until that transaction ends: waited for at most 2 s, then refused naming the holder, so that an
+-- application's open transaction never hangs toolkit query-log or toolkit status.
+-- Invoker: called by the definer functions below, as the owner.
+CREATE OR REPLACE FUNCTION toolkit._lock_query_log_settings()
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '2s'
+AS $$
+DECLARE
+    holder text;
+BEGIN
+    PERFORM FROM toolkit.query_log_settings AS s FOR UPDATE;
+EXCEPTION WHEN lock_not_available THEN
+    SELECT string_agg(format('pid %s (login %s)', l.pid, a.usename), ', ') INTO holder
+    FROM pg_catalog.pg_locks AS l
+    LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid
+    WHERE l.locktype = 'transactionid' AND l.granted AND l.mode = 'ExclusiveLock'
+        AND l.transactionid = (SELECT s.xmax FROM toolkit.query_log_settings AS s);
+    RAISE EXCEPTION 'the query log''s settings are held by another open transaction (%), which logged a question and '
+        'has not ended; nothing was changed', coalesce(holder, 'it ended meanwhile')
+        USING ERRCODE = 'lock_not_available',
+            HINT = 'Try again when it ends, or end it: SELECT pg_terminate_backend(pid).';
+END
+$$;
+
 -- Sets the share of questions logged (0 turns logging off) and how long they are kept; returns the settings.
 -- Definer: writes the settings table, which only the owner may write.
 CREATE OR REPLACE FUNCTION toolkit.set_query_log(rate double precision, keep_for interval DEFAULT NULL)
@@ -21,6 +51,7 @@ BEGIN
         RAISE EXCEPTION 'the retention must be longer than zero, not %', keep_for
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM toolkit._lock_query_log_settings();
     UPDATE toolkit.query_log_settings AS s
     SET sample_rate = rate, retention = coalesce(keep_for, s.retention),
         changed_at = clock_timestamp();
@@ -73,6 +104,7 @@ BEGIN
         RAISE EXCEPTION 'the query log''s rate per login must be from 1 to 1,000,000 a minute, not %', per_minute
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    PERFORM toolkit._lock_query_log_settings();
     UPDATE toolkit.query_log_settings AS s
     SET max_rows = coalesce(rows_kept, s.max_rows), max_per_minute = coalesce(per_minute, s.max_per_minute),
         changed_at = clock_timestamp();
@@ -97,6 +129,7 @@ DECLARE
     cap bigint := (SELECT s.max_rows FROM toolkit.query_log_settings AS s);
     cutoff timestamptz;
 BEGIN
+    PERFORM toolkit._lock_query_log_settings();  -- one prune at a time, the settings row first
     DELETE FROM toolkit.query_log AS q
     WHERE q.logged_at < clock_timestamp() - (SELECT s.retention FROM toolkit.query_log_settings AS s);
     GET DIAGNOSTICS expired = ROW_COUNT;
