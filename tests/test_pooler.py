@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -43,11 +44,14 @@ QUESTION = "How do I create an index on an expression?"
 PASSWORDS = {"app_bound": "bound-secret-1", "app_any": "unbound-secret-2"}
 THREADS = 8
 FLIPS = 6  # three cutovers and three cutovers back
-# The statements of docs/sql.md, "What an application runs" (steps 1 and 3).
-SERVING_SQL = "SELECT version, model_alias FROM toolkit.serving_model(%s)"
-SEARCH_SQL = (
-    "SELECT rank, doc_id, start_offset, end_offset, text FROM toolkit.search_passages(%s, %s, 5, query_version => %s)"
-)
+SQL_MD = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
+
+
+def pooled_block() -> str:
+    """docs/sql.md's Python block for a pooled connection (the one that names POOLED_URL), as it is written."""
+    found = [b for b in re.findall(r"^```python\n(.*?)^```", SQL_MD.read_text(), re.M | re.S) if "POOLED_URL" in b]
+    assert len(found) == 1, f"docs/sql.md: expected one python block naming POOLED_URL, found {len(found)}"
+    return found[0]
 
 
 def pgbouncer_binary() -> str:
@@ -125,16 +129,16 @@ def embedded_on_tcp():
         second = backfill(database.url, "two", "fixed:200:0").version
         with connect(database.url, autocommit=True) as conn:
             cutover.activate_version(conn, first, force=True, reason="pooler test")
-            # The applications' embedder stands in for EMBED() of docs/sql.md: a raw call of each model.
-            vectors = {
-                alias: query_embedder(conn, {"model_alias": alias, "dimensions": dims}).embed_query(QUESTION)
+            # EMBED_WITH of docs/sql.md, the application's own call of a model (these have no query prefix).
+            embedders = {
+                alias: query_embedder(conn, {"model_alias": alias, "dimensions": dims})
                 for alias, dims in (("one", 32), ("two", 48))
             }
         yield {
             "url": database.url,
             "port": server.server_settings(data_dir)["port"],
             "versions": (first, second),
-            "vectors": vectors,
+            "embed_with": lambda alias, text: embedders[alias].embed_query(text),
             "directory": directory,
         }
     finally:
@@ -195,26 +199,33 @@ def pooled_url(port: int, login: str) -> str:
     return f"postgresql://{login}:{PASSWORDS[login]}@127.0.0.1:{port}/toolkit"
 
 
-def documented_sql(conn: psycopg.Connection, tenant: str, key: str, vectors: dict) -> tuple[int, list[str]]:
-    """docs/sql.md's two steps on a pooled connection: each a transaction that sets its tenant first."""
-    with conn.transaction():
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        version, alias = conn.execute(SERVING_SQL, (key,)).fetchone()
-    with conn.transaction():
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        rows = conn.execute(SEARCH_SQL, (QUESTION, vectors[alias], version)).fetchall()
-    return version, [row[4] for row in rows]
+def documented_sql(url: str, embed_with):
+    """docs/sql.md's pooled block, run as written on a connection of its own: (its connection, ask(tenant, key) ->
+    (version, texts))."""
+    namespace = {"POOLED_URL": url, "EMBED_WITH": embed_with}
+    exec(compile(pooled_block(), "docs/sql.md", "exec"), namespace)
+
+    def ask(tenant: str, key: str) -> tuple[int, list[str]]:
+        version, rows = namespace["answer"](tenant, key, QUESTION)
+        return version, [row[4] for row in rows]
+
+    return namespace["conn"], ask
 
 
-def library_search(conn: psycopg.Connection, tenant: str, key: str, vectors: dict) -> tuple[int, list[str]]:
-    hits = search(conn, QUESTION, tenant, 5, request_key=key)
-    assert len({hit.version for hit in hits}) == 1, "one answer from two versions"
-    return hits[0].version, [hit.text for hit in hits]
+def library_search(url: str, embed_with):
+    """toolkit.search.search() on a pooled connection with psycopg's defaults (prepare_threshold=5): search()
+    prepares no statement (docs/sql.md says so), which is what lets the retrievers and toolkit serve use a pooler."""
+    conn = psycopg.connect(url)
+
+    def ask(tenant: str, key: str) -> tuple[int, list[str]]:
+        hits = search(conn, QUESTION, tenant, 5, request_key=key)
+        assert len({hit.version for hit in hits}) == 1, "one answer from two versions"
+        return hits[0].version, [hit.text for hit in hits]
+
+    return conn, ask
 
 
 def test_documented_sql_and_search_through_pgbouncer_in_transaction_mode_across_cutovers(embedded_on_tcp, pgbouncer):
-    from pgvector.psycopg import register_vector
-
     first, second = embedded_on_tcp["versions"]
     # thread i: tenant, login (acme's even threads alternate the bound and the unbound login), how it asks
     plans = []
@@ -230,11 +241,10 @@ def test_documented_sql_and_search_through_pgbouncer_in_transaction_mode_across_
     lock = threading.Lock()
 
     def client(i: int) -> None:
-        tenant, login, ask = plans[i]
+        tenant, login, how = plans[i]
         other = next(t for t in TENANTS if t != tenant)
         try:
-            conn = psycopg.connect(pooled_url(pgbouncer["port"], login), prepare_threshold=None)
-            register_vector(conn)
+            conn, ask = how(pooled_url(pgbouncer["port"], login), embedded_on_tcp["embed_with"])
         except psycopg.Error as error:
             errors.append(f"thread {i} connect: {error}")
             return
@@ -243,9 +253,9 @@ def test_documented_sql_and_search_through_pgbouncer_in_transaction_mode_across_
             while not stop.is_set():
                 n += 1
                 try:
-                    version, texts = ask(conn, tenant, f"user-{i}-{n}", embedded_on_tcp["vectors"])
+                    version, texts = ask(tenant, f"user-{i}-{n}")
                 except Exception as error:  # every failure counts, whatever its type
-                    errors.append(f"thread {i} ({login}, {tenant}, {ask.__name__}): {type(error).__name__}: {error}")
+                    errors.append(f"thread {i} ({login}, {tenant}, {how.__name__}): {type(error).__name__}: {error}")
                     continue
                 if not texts:
                     errors.append(f"thread {i}: an empty answer")
