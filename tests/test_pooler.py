@@ -214,7 +214,7 @@ def documented_sql(url: str, embed_with):
 
 def library_search(url: str, embed_with):
     """toolkit.search.search() on a pooled connection with psycopg's defaults (prepare_threshold=5): search()
-    prepares no statement (docs/sql.md says so), which is what lets the retrievers and toolkit serve use a pooler."""
+    prepares no statement, as docs/sql.md and docs/python.md say."""
     conn = psycopg.connect(url)
 
     def ask(tenant: str, key: str) -> tuple[int, list[str]]:
