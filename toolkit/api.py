@@ -4,12 +4,16 @@ CLI calls (each command is a thin layer over one of them). Documented in docs/py
 Every verb takes a psycopg connection first (``connect(url)``), except ``backfill``, which opens its own (its
 workers write in parallel) and takes the URL. Errors are ``toolkit.errors`` exceptions whose message is one
 sentence with the fix: ``InputError`` (bad input, nothing changed), ``StateError`` (not now: e.g. a gate not passed),
-``VersionUnavailableError`` (retry), ``DatabaseError``.
+``VersionUnavailableError`` (retry), ``DatabaseError``. A database error no verb translated itself (e.g. permission
+denied to a login without the verb's role) is a ``DatabaseError`` worded as the CLI words it
+(``toolkit.db.errors.describe_database_error``), the psycopg error as its ``__cause__``: every verb here is the
+command's function wrapped by ``_typed`` (``verb.__wrapped__`` is that function).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +21,7 @@ import psycopg
 
 from toolkit.backfill import BackfillReport, backfill
 from toolkit.cutover import Cutover, Rollback, cut_over, retire_old_versions, retire_version
+from toolkit.db.errors import describe_database_error
 from toolkit.deletion import DeletionReport, Removed, delete_documents, erase_tenant
 from toolkit.errors import (
     DatabaseError,
@@ -174,3 +179,25 @@ def retire(
         return [version]
     retire_version(conn, version, reason=reason or "toolkit.api.retire")
     return [version]
+
+
+def _typed(verb: Callable) -> Callable:
+    """``verb`` raising the library's errors only: a psycopg error it let through becomes a DatabaseError with the
+    sentence the CLI prints for it (one mapping for both, ``describe_database_error``)."""
+
+    @functools.wraps(verb)
+    def typed(*args, **kwargs):
+        try:
+            return verb(*args, **kwargs)
+        except psycopg.Error as error:
+            raise DatabaseError(describe_database_error(error)) from error
+
+    return typed
+
+
+# The library boundary: every verb of __all__ (the record classes and exceptions stay as they are).
+for _name in __all__:
+    _value = globals()[_name]
+    if callable(_value) and not isinstance(_value, type):
+        globals()[_name] = _typed(_value)
+del _name, _value

@@ -7,6 +7,8 @@ from the hit generically (every field but the text), so fields search() gains la
 from __future__ import annotations
 
 import contextlib
+import difflib
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +19,7 @@ from urllib.parse import quote
 import psycopg
 
 from toolkit.errors import InputError, VersionUnavailableError
+from toolkit.validation import shown
 
 # Attempts of one request whose version was retired between serving_model() and its search (SQLSTATE TK002): each
 # attempt reads the serving model again, so the second finds the version that replaced it (a third covers a
@@ -147,6 +150,146 @@ class SearchRequest:
             if name in chosen and chosen[name] == value:
                 del chosen[name]
         return search(conn, question, tenant, k, **chosen)
+
+
+# -- the options a retriever takes -------------------------------------------------------------------------------
+
+
+def search_keywords() -> tuple[str, ...]:
+    """search()'s keyword options (``retrieval``, ``filters``, ``min_score``, ...), read from its signature: an option
+    search() gains is one the retrievers take, with no list to keep in step."""
+    from toolkit.search import search
+
+    parameters = inspect.signature(search).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def unknown_name(name: str, known: Sequence[str], where: str) -> InputError:
+    """The sentence refusing ``name``: where it was given, the closest known name, and every known one."""
+    close = difflib.get_close_matches(str(name), known, n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    return InputError(f"{where} has no argument {str(name)!r}{guess}; it takes {', '.join(sorted(known))}.")
+
+
+def search_options(options: dict, where: str, *, aliases: dict[str, str] | None = None) -> dict:
+    """``options`` as SearchRequest takes them (``tenant``, ``k`` and search()'s keywords), the framework's own
+    spellings translated: ``filter`` (a metadata filter, ``metadata_filters``' forms) becomes ``filters``, and each
+    of ``aliases`` (e.g. LlamaIndex's ``similarity_top_k`` for ``k``) its toolkit name. Anything else is refused
+    with a sentence naming ``where`` it was given (a misspelled option must not be ignored)."""
+    aliases = aliases or {}
+    known = ("tenant", "k", *search_keywords())
+    chosen: dict = {}
+    for name, value in options.items():
+        target = aliases.get(name, name)
+        if target == "filter":
+            continue  # below, merged with filters
+        if target not in known:
+            raise unknown_name(name, (*known, "filter", *aliases), where)
+        if target in chosen:
+            raise InputError(f"{where} was given both {target!r} and {name!r}; give one.")
+        chosen[target] = value
+    if "filter" in options:
+        chosen["filters"] = merge_filters(chosen.get("filters"), metadata_filters(options["filter"]))
+    return chosen
+
+
+def merge_filters(first: dict | None, second: dict | None) -> dict | None:
+    """Two filters objects that must both hold, as one (a key both give is refused: it would have to hold twice)."""
+    if not first or not second:
+        return first or second
+    if not isinstance(first, dict):
+        raise InputError(f"The filters are an object of KEY: VALUE pairs, not {shown(first)}.")
+    merged = dict(first)
+    for key, value in second.items():
+        if key == "metadata" and isinstance(merged.get("metadata"), dict):
+            both = set(merged["metadata"]) & set(value)
+            if both:
+                raise InputError(f"The metadata key {sorted(both)[0]!r} is filtered twice; give it once.")
+            merged["metadata"] = {**merged["metadata"], **value}
+        elif key in merged:
+            raise InputError(f"The filter {key!r} is given twice (in filters and filter); give it once.")
+        else:
+            merged[key] = value
+    return merged
+
+
+# The operators a metadata filter may use: equality, and one of several values (a document's id only: the
+# toolkit's metadata filters are equalities, SQL's ``metadata @> {...}``).
+EQ, IN = "==", "in"
+SUPPORTED_OPERATORS = "EQ and IN"
+# A filter on these keys is on the document's id (hits carry it as doc_id, and as source for other stores' code).
+DOC_ID_KEYS = ("doc_id", "source")
+
+
+def metadata_filters(conditions) -> dict | None:
+    """The toolkit's filters object for a framework's metadata filter, every condition holding (AND):
+
+    - LangChain's dict, as PGVector takes it: ``{"lang": "en"}`` or ``{"lang": {"$eq": "en"}}``,
+      ``{"doc_id": {"$in": ["a.md", "b.md"]}}``;
+    - LlamaIndex's ``MetadataFilters`` of ``MetadataFilter``/``ExactMatchFilter`` with ``==`` and ``in``.
+
+    ``doc_id`` (or ``source``) takes EQ and IN; any other key is a top-level key of the document's metadata, EQ
+    only. Other operators, OR/NOT and nested groups are refused by name."""
+    if conditions is None:
+        return None
+    pairs: list[tuple[str, str, object]] = []
+    if isinstance(conditions, dict):
+        for key, value in conditions.items():
+            if isinstance(key, str) and key.startswith("$"):
+                raise InputError(
+                    f"The filter operator {key!r} is not supported: a filter is KEY: VALUE pairs that all hold, "
+                    f"with {SUPPORTED_OPERATORS} ($eq, $in)."
+                )
+            if isinstance(value, dict):
+                if len(value) != 1:
+                    raise InputError(f"The filter on {key!r} takes one operator ($eq or $in), not {shown(value)}.")
+                ((operator, operand),) = value.items()
+                named = {"$eq": EQ, "$in": IN}.get(operator)
+                if named is None:
+                    raise InputError(
+                        f"The filter operator {operator!r} is not supported: {SUPPORTED_OPERATORS} ($eq, $in) are."
+                    )
+                pairs.append((key, named, operand))
+            else:
+                pairs.append((key, EQ, value))
+    elif hasattr(conditions, "filters") and hasattr(conditions, "condition"):  # LlamaIndex's MetadataFilters
+        condition = getattr(conditions.condition, "value", conditions.condition)
+        if condition != "and" and len(conditions.filters) > 1:
+            raise InputError(
+                f"The filter condition {str(condition).upper()!r} is not supported: the filters all hold (AND)."
+            )
+        for item in conditions.filters:
+            if not hasattr(item, "operator"):
+                raise InputError("Nested MetadataFilters are not supported: give one list of filters that all hold.")
+            operator = getattr(item.operator, "value", item.operator)
+            if operator not in (EQ, IN):
+                raise InputError(f"The filter operator {operator!r} is not supported: {SUPPORTED_OPERATORS} are.")
+            pairs.append((item.key, operator, item.value))
+    else:
+        raise InputError(
+            "A metadata filter is a dict of KEY: VALUE pairs (or LlamaIndex's MetadataFilters), not "
+            f"{shown(conditions)}."
+        )
+    filters: dict = {}
+    for key, operator, value in pairs:
+        if key in DOC_ID_KEYS:
+            values = list(value) if operator == IN and isinstance(value, list | tuple) else [value]
+            if operator == IN and not isinstance(value, list | tuple):
+                raise InputError(f"The IN filter on {key!r} takes a list of document ids, not {shown(value)}.")
+            if "doc_id" in filters:
+                raise InputError("The document id is filtered twice; give one filter (IN for several ids).")
+            filters["doc_id"] = values
+        elif operator == IN:
+            raise InputError(
+                f"The IN filter on the metadata key {key!r} is not supported: metadata keys take EQ (one value); "
+                "IN works on doc_id."
+            )
+        else:
+            metadata = filters.setdefault("metadata", {})
+            if key in metadata:
+                raise InputError(f"The metadata key {key!r} is filtered twice; give it once.")
+            metadata[key] = value
+    return filters
 
 
 def hit_metadata(hit) -> dict:
