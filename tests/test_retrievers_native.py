@@ -117,6 +117,9 @@ def test_langchain_refuses_what_it_does_not_know(library):
         LangChainRetriever(database_url=reader, tenant="acme", retrieval="vector")
     with pytest.raises(InputError, match=r"search_kwargs has no argument 'kk' \(did you mean 'k'\?\)"):
         LangChainRetriever(database_url=reader, tenant="acme", search_kwargs={"kk": 2})
+    # Another store's name for a toolkit setting: refused, naming the toolkit's.
+    with pytest.raises(InputError, match=r"no argument 'score_threshold'; the toolkit's setting for it is min_score"):
+        LangChainRetriever(database_url=reader, tenant="acme", search_kwargs={"score_threshold": 0.5})
     retriever = LangChainRetriever(database_url=reader, tenant="acme")
     try:
         with pytest.raises(InputError, match=r"invoke has no argument 'fliter' \(did you mean 'filter'\?\)"):
@@ -147,6 +150,9 @@ def test_langchain_search_kwargs_and_call_keywords_are_honoured(library, expecte
         only_rls = two.invoke(QUESTION, filter={"doc_id": {"$in": ["row-security.md"]}, "topic": {"$eq": "rls"}})
         assert documents(only_rls) == expected(2, filters={"doc_id": ["row-security.md"], "metadata": {"topic": "rls"}})
         assert {d.metadata["doc_id"] for d in only_rls} == {"row-security.md"}
+        # filter and filters in one call both hold.
+        both = two.invoke(QUESTION, filter={"lang": "fr"}, filters={"doc_id": ["indexes.md"]})
+        assert both == [] and expected(2, filters={"doc_id": ["indexes.md"], "metadata": {"lang": "fr"}}) == []
         globex = two.invoke(QUESTION, tenant="globex")
         assert documents(globex) == expected(2, tenant="globex") and {d.metadata["doc_id"] for d in globex} == {GLOBEX}
         assert all(d.id.split(":")[1] == "globex" for d in globex)

@@ -164,10 +164,23 @@ def search_keywords() -> tuple[str, ...]:
     return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
+# Other stores' names for what the toolkit spells otherwise (LangChain's VectorStoreRetriever search_kwargs,
+# LlamaIndex's retriever arguments): the refusal says what to write instead.
+OTHER_STORES_NAMES = {
+    "score_threshold": "min_score (a cosine-similarity floor, -1 to 1)",
+    "lambda_mult": "diversity, which is 1 - lambda_mult (0: no re-ranking; higher: more diverse)",
+    "fetch_k": "none: search() picks its MMR candidates itself",
+    "top_k": "k (similarity_top_k in LlamaIndex)",
+}
+
+
 def unknown_name(name: str, known: Sequence[str], where: str) -> InputError:
-    """The sentence refusing ``name``: where it was given, the closest known name, and every known one."""
+    """The sentence refusing ``name``: where it was given, the closest known name (or the toolkit's spelling of
+    another store's name), and every known one."""
     close = difflib.get_close_matches(str(name), known, n=1)
     guess = f" (did you mean {close[0]!r}?)" if close else ""
+    if name in OTHER_STORES_NAMES:
+        guess = f"; the toolkit's setting for it is {OTHER_STORES_NAMES[name]}"
     return InputError(f"{where} has no argument {str(name)!r}{guess}; it takes {', '.join(sorted(known))}.")
 
 
