@@ -246,6 +246,33 @@ def test_an_erased_tenants_chunks_leave_the_cache_and_the_other_tenants_stay(con
     assert cached() == 1
 
 
+def test_a_tenant_erase_and_a_delete_forget_their_chunks_vectors_in_the_users_cache(
+    conn, database_url, tmp_path, monkeypatch
+):
+    from toolkit.deletion import delete_documents, erase_tenant
+
+    write_corpus(tmp_path / "acme")
+    (tmp_path / "globex").mkdir()
+    (tmp_path / "globex" / "plan.md").write_text("# Plan\n\nGlobex ships the new turbines in the autumn.\n")
+    (tmp_path / "globex" / "memo.md").write_text("# Memo\n\nThe turbine blades are carbon fibre this year.\n")
+    ingest(conn, [tmp_path / "acme"], "acme")
+    ingest(conn, [tmp_path / "globex"], "globex")
+    monkeypatch.setenv(CACHE_VARIABLE, str(tmp_path / "cache"))
+    register_model(conn, "erased", "sentence-transformers", MINILM)
+    backfill(database_url, "erased")
+
+    def cached() -> int:
+        with sqlite3.connect(tmp_path / "cache" / CACHE_FILE) as db:
+            return db.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    assert cached() == 4
+    assert erase_tenant(conn, "acme", dry_run=True).cached_vectors_forgotten == 0 and cached() == 4
+    assert erase_tenant(conn, "acme").cached_vectors_forgotten == 2
+    assert cached() == 2  # globex's two stay
+    assert delete_documents(conn, "globex", ["memo.md"]).cached_vectors_forgotten == 1
+    assert cached() == 1
+
+
 # --- backups and restore ------------------------------------------------------------------------------------------
 
 

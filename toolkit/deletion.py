@@ -1,7 +1,9 @@
 """Deleting what a user asks to delete: documents of a tenant (``toolkit delete``) and a whole tenant (``toolkit
 tenant erase``). SQL does the work (``toolkit.delete_documents``, ``toolkit.erase_tenant``): one transaction over the
 documents, their chunks in every live version (building, ready, verified, active, standby) and the query log,
-recorded in ``toolkit.deletions``. A dry run (the CLI's default) returns the same counts and changes nothing."""
+recorded in ``toolkit.deletions``. A dry run (the CLI's default) returns the same counts and changes nothing. The
+vectors of the removed chunks are then forgotten by this user's embedding cache, when there is one
+(``toolkit.embedding.cache.forget_chunks``); caches of other users and hosts are the operator's (docs/deleting.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from toolkit.errors import InputError
-from toolkit.store.deletions import Removed, run_delete_documents, run_erase_tenant
+from toolkit.store.deletions import Removed, read_embedded_chunks, run_delete_documents, run_erase_tenant
 
 __all__ = ["DeletionReport", "Removed", "delete_documents", "erase_tenant"]
 
@@ -23,6 +25,7 @@ class DeletionReport:
     dry_run: bool
     doc_ids: list[str] = field(default_factory=list)
     removed: list[Removed] = field(default_factory=list)
+    cached_vectors_forgotten: int = 0  # this user's embedding cache (TOOLKIT_EMBEDDING_CACHE), when it has one
 
     @property
     def rows(self) -> int:
@@ -48,8 +51,9 @@ def delete_documents(
     ids = sorted(set(doc_ids))
     if not ids:
         raise InputError("Name one or more documents to delete (their doc ids, as toolkit show lists them).")
+    embedded = None if dry_run else _embedded_chunks(conn, tenant, ids)
     removed = run_delete_documents(conn, tenant, ids, dry_run, reason)
-    return DeletionReport("delete", tenant, dry_run, ids, removed)
+    return DeletionReport("delete", tenant, dry_run, ids, removed, _forget(embedded))
 
 
 def erase_tenant(
@@ -58,5 +62,22 @@ def erase_tenant(
     """Erases ``tenant``: its documents, its rows in every live version, its logged questions and the logins'
     bindings to it, in one transaction (the deployer's or the owner's right). A tenant of which nothing is stored is
     refused. With ``dry_run`` nothing changes and the counts say what would go."""
+    embedded = None if dry_run else _embedded_chunks(conn, tenant, None)
     removed = run_erase_tenant(conn, tenant, dry_run, reason)
-    return DeletionReport("erase", tenant, dry_run, [], removed)
+    return DeletionReport("erase", tenant, dry_run, [], removed, _forget(embedded))
+
+
+def _embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[tuple] | None:
+    """What the embedding cache knows the chunks to be deleted by: (heading_path, context, text) in every live
+    version, read before the delete. None when this user has no cache (nothing to read)."""
+    from toolkit.embedding.cache import cache_exists
+
+    if not cache_exists():
+        return None
+    return read_embedded_chunks(conn, tenant, doc_ids)
+
+
+def _forget(embedded: list[tuple] | None) -> int:
+    from toolkit.embedding.cache import forget_chunks
+
+    return forget_chunks(embedded) if embedded else 0

@@ -22,6 +22,8 @@ def _print_deletion(report, output_format: str) -> None:
         say(f"Dry run: nothing was changed. Pass --yes to remove these {plural(report.rows, 'row')} of {what}.")
     else:
         say(f"Removed {plural(report.rows, 'row')} of {what} in one transaction (audited in toolkit.deletions).")
+        if report.cached_vectors_forgotten:
+            say(f"Forgot {plural(report.cached_vectors_forgotten, 'vector')} of them in this user's embedding cache.")
 
 
 @click.command(short_help="Delete documents of a tenant from every version and the query log (dry run by default).")

@@ -351,6 +351,12 @@ def _existing(directory: str | os.PathLike | None) -> EmbeddingCache | None:
     return _shared(chosen)
 
 
+def cache_exists(directory: str | os.PathLike | None = None) -> bool:
+    """Whether ``directory`` (default: `default_cache_dir`) holds a cache file (nothing is opened or created)."""
+    chosen = Path(directory).expanduser() if directory is not None else default_cache_dir()
+    return (chosen / CACHE_FILE).exists()
+
+
 def purge(directory: str | os.PathLike | None = None) -> tuple[Path, int]:
     """Empties the embedding cache of ``directory`` (default: ``$TOOLKIT_EMBEDDING_CACHE``, else the user's
     cache directory, as `toolkit eval` uses it): its path and the number of vectors deleted."""

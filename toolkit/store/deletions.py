@@ -42,3 +42,21 @@ def run_erase_tenant(conn: psycopg.Connection, tenant: str, dry_run: bool, reaso
         "SELECT relation, version, removed AS rows FROM toolkit.erase_tenant(%s, %s, %s)",
         (tenant, dry_run, reason),
     )
+
+
+def read_embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[tuple]:
+    """(heading_path, context, text) of ``tenant``'s chunks (of ``doc_ids``, or all) in every live version: what the
+    embedding cache keys their vectors by. Read as the tenant (row-level security applies)."""
+    from psycopg import sql
+
+    rows: list[tuple] = []
+    with translate_errors(), conn.transaction():
+        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+        tables = [table for (table,) in conn.execute("SELECT chunk_table FROM toolkit.live_versions()")]
+        for table in tables:  # qualified and quoted by SQL (toolkit._chunk_table)
+            query = sql.SQL(
+                "SELECT heading_path, context, text FROM {} WHERE tenant = %(tenant)s"
+                " AND (%(ids)s::text[] IS NULL OR doc_id = ANY (%(ids)s::text[]))"
+            ).format(sql.SQL(table))
+            rows += conn.execute(query, {"tenant": tenant, "ids": doc_ids}).fetchall()
+    return rows
