@@ -222,7 +222,8 @@ def test_an_erased_tenants_vectors_are_forgotten_and_purge_empties_the_cache(tmp
 
 
 def test_an_erased_tenants_chunks_leave_the_cache_and_the_other_tenants_stay(conn, database_url, tmp_path, monkeypatch):
-    from toolkit.embedding.cache import forget_chunks
+    from toolkit.chunking.document import compose_embed_text
+    from toolkit.embedding.cache import forget_texts
 
     write_corpus(tmp_path / "acme")
     (tmp_path / "globex").mkdir()
@@ -242,7 +243,8 @@ def test_an_erased_tenants_chunks_leave_the_cache_and_the_other_tenants_stay(con
         f"SELECT heading_path, context, text FROM toolkit.chunks_v{version} WHERE tenant = 'acme' AND NOT is_parent"
     ).fetchall()
     assert len(rows) == 2
-    assert forget_chunks(rows) == 2  # what an erase of acme calls with the rows it deletes
+    texts = [compose_embed_text(tuple(path), context, text) for path, context, text in rows]
+    assert forget_texts(texts) == 2  # what an erase of acme calls with the rows it deletes
     assert cached() == 1
 
 

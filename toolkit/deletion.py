@@ -3,7 +3,7 @@ tenant erase``). SQL does the work (``toolkit.delete_documents``, ``toolkit.eras
 documents, their chunks in every live version (building, ready, verified, active, standby) and the query log,
 recorded in ``toolkit.deletions``. A dry run (the CLI's default) returns the same counts and changes nothing. The
 vectors of the removed chunks are then forgotten by this user's embedding cache, when there is one
-(``toolkit.embedding.cache.forget_chunks``); caches of other users and hosts are the operator's (docs/deleting.md)."""
+(``toolkit.embedding.cache.forget_texts``); caches of other users and hosts are the operator's (docs/deleting.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from toolkit.errors import InputError
-from toolkit.store.deletions import Removed, read_embedded_chunks, run_delete_documents, run_erase_tenant
+from toolkit.store.deletions import Removed, embedded_texts, run_delete_documents, run_erase_tenant
 
 __all__ = ["DeletionReport", "Removed", "delete_documents", "erase_tenant"]
 
@@ -67,17 +67,17 @@ def erase_tenant(
     return DeletionReport("erase", tenant, dry_run, [], removed, _forget(embedded))
 
 
-def _embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[tuple] | None:
-    """What the embedding cache knows the chunks to be deleted by: (heading_path, context, text) in every live
-    version, read before the delete. None when this user has no cache (nothing to read)."""
+def _embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[str] | None:
+    """What the embedding cache knows the chunks to be deleted by (their embedded texts) in every live version, read
+    before the delete. None when this user has no cache (nothing to read)."""
     from toolkit.embedding.cache import cache_exists
 
     if not cache_exists():
         return None
-    return read_embedded_chunks(conn, tenant, doc_ids)
+    return embedded_texts(conn, tenant, doc_ids)
 
 
-def _forget(embedded: list[tuple] | None) -> int:
-    from toolkit.embedding.cache import forget_chunks
+def _forget(embedded: list[str] | None) -> int:
+    from toolkit.embedding.cache import forget_texts
 
-    return forget_chunks(embedded) if embedded else 0
+    return forget_texts(embedded) if embedded else 0

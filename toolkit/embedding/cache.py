@@ -27,7 +27,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -372,19 +372,3 @@ def forget_texts(texts: Sequence[str], directory: str | os.PathLike | None = Non
     with the chunks it deletes)."""
     cache = _existing(directory)
     return cache.forget(texts) if cache is not None else 0
-
-
-def forget_chunks(chunks: Iterable[tuple], directory: str | os.PathLike | None = None) -> int:
-    """`forget_texts` for stored chunks: ``chunks`` yields (heading_path, context, text) of each row, as a version's
-    table holds them (read them before deleting the rows); the number of vectors deleted."""
-    from toolkit.chunking.document import compose_embed_text
-
-    cache = _existing(directory)
-    if cache is None:
-        return 0
-    deleted, block = 0, []
-    for heading_path, context, text in chunks:
-        block.append(compose_embed_text(tuple(heading_path or ()), context or "", text))
-        if len(block) == 5000:
-            deleted, block = deleted + cache.forget(block), []
-    return deleted + (cache.forget(block) if block else 0)

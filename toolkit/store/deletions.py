@@ -44,10 +44,13 @@ def run_erase_tenant(conn: psycopg.Connection, tenant: str, dry_run: bool, reaso
     )
 
 
-def read_embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[tuple]:
-    """(heading_path, context, text) of ``tenant``'s chunks (of ``doc_ids``, or all) in every live version: what the
-    embedding cache keys their vectors by. Read as the tenant (row-level security applies)."""
+def embedded_texts(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[str]:
+    """What backfill gave the model for ``tenant``'s chunks (of ``doc_ids``, or all) in every live version
+    (``compose_embed_text`` of each row): what the embedding cache keys their vectors by. Read as the tenant
+    (row-level security applies)."""
     from psycopg import sql
+
+    from toolkit.chunking.document import compose_embed_text
 
     rows: list[tuple] = []
     with translate_errors(), conn.transaction():
@@ -59,4 +62,4 @@ def read_embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[st
                 " AND (%(ids)s::text[] IS NULL OR doc_id = ANY (%(ids)s::text[]))"
             ).format(sql.SQL(table))
             rows += conn.execute(query, {"tenant": tenant, "ids": doc_ids}).fetchall()
-    return rows
+    return sorted({compose_embed_text(tuple(path or ()), context or "", text) for path, context, text in rows})
