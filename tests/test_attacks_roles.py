@@ -689,7 +689,7 @@ def test_a_failing_model_the_writer_registered_does_not_break_ingest_of_every_te
     from toolkit.store.chunk_table import LiveVersion
     from toolkit.store.models import get_model
 
-    served = LiveVersion(broken, get_model(conn, "broken"), "recursive:100:0", "recursive:100:0@1", "vector", 16)
+    served = LiveVersion(broken, get_model(conn, "broken"), "recursive:100:0", "recursive:100:0@2", "vector", 16)
     with pytest.raises(InputError):
         _usable(served, [served], IngestReport(tenant="acme"))
 

@@ -37,7 +37,7 @@ def test_strategy_follows_the_file_type_by_default():
     versions = {json.loads(line)["doc_id"]: json.loads(line)["chunker_version"] for line in result.output.splitlines()}
     assert versions == {
         "page.html": "html:400:40@1",
-        "pdf_text.txt": "recursive:400:40@1",
+        "pdf_text.txt": "recursive:400:40@2",
         "policy.md": "markdown:400:40@1",
         "sample.py": "code:400:40@1",
     }
@@ -105,4 +105,4 @@ def test_a_small_size_alone_gets_a_proportionate_overlap():
     assert result.exit_code == 0, result.output
     assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"markdown:30:3@1"}
     result = run(str(DATA / "policy.md"), "--strategy", "sentence")
-    assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"sentence:400:1@1"}
+    assert {json.loads(line)["chunker_version"] for line in result.output.splitlines()} == {"sentence:400:1@2"}

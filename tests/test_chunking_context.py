@@ -47,7 +47,7 @@ def test_every_chunk_embeds_the_title_and_stores_its_exact_span(strategy):
 def test_the_version_and_the_content_hash_change_with_the_option():
     plain = get_chunker("recursive:64:0")
     titled = get_chunker("recursive:64:0:context=title")
-    assert plain.version == "recursive:64:0@1" and titled.version == "recursive:64:0:context=title@1"
+    assert plain.version == "recursive:64:0@2" and titled.version == "recursive:64:0:context=title@2"
     a, b = plain.chunk(LICENCE, "x")[1], titled.chunk(LICENCE, "x")[1]
     assert (a.text, a.start) == (b.text, b.start)
     assert a.chunk_id == b.chunk_id  # the same span of the same document
@@ -118,7 +118,7 @@ def test_eval_embeds_the_title_with_every_chunk(tmp_path):
     report = evaluate(
         tmp_path, queries, ["recursive:64:0:context=title"], embedder=model, k=1, retrieval="vector:assemble=off"
     )
-    assert report.configs[0].chunker_version == "recursive:64:0:context=title@1"
+    assert report.configs[0].chunker_version == "recursive:64:0:context=title@2"
     assert model.texts and all(t.startswith("Apache License\n") for t in model.texts)
 
 

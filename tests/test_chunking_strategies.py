@@ -44,7 +44,7 @@ def test_bad_specs_say_what_is_wrong(spec, message):
 
 def test_version_string_is_spec_and_algorithm():
     assert get_chunker("markdown:400:40").version == "markdown:400:40@1"
-    assert get_chunker("fixed:200:0:unit=chars").version == "fixed:200:0:unit=chars@1"
+    assert get_chunker("fixed:200:0:unit=chars").version == "fixed:200:0:unit=chars@2"
     chunks = get_chunker("markdown:400:40").chunk(POLICY, "policy.md")
     assert {c.chunker_version for c in chunks} == {"markdown:400:40@1"}
 

@@ -68,7 +68,7 @@ def test_chunks_are_exact_spans_of_the_stored_text_in_every_live_version(conn, c
     make_model("h1", 16)
     make_model("h2", 32)
     v1 = versions.create_version(conn, "h1", "markdown:60:6", "markdown:60:6@1")
-    v2 = versions.create_version(conn, "h2", "sentence:40:1", "sentence:40:1@1")
+    v2 = versions.create_version(conn, "h2", "sentence:40:1", "sentence:40:1@2")
     report = ingest(conn, [corpus], "acme")
     assert (report.new, report.failed, report.versions) == (3, [], [v1, v2])
     for v in (v1, v2):

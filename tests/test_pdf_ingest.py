@@ -43,7 +43,7 @@ def stored_chunks(conn, version: int, doc_id: str) -> list[tuple]:
 
 def test_ingest_stores_pages_and_reports_each_bad_pdf(conn, batch, make_model):
     make_model("h1", 16)
-    v1 = versions.create_version(conn, "h1", "recursive:30:0", "recursive:30:0@1")
+    v1 = versions.create_version(conn, "h1", "recursive:30:0", "recursive:30:0@2")
     report = ingest(conn, [batch], "acme")
 
     failed = {f.source.rsplit("/", 1)[-1]: f.reason for f in report.failed}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from toolkit.chunking.document import Chunk, Document, Span, compose_embed_text, trim
+from toolkit.chunking.outline import heading_outline, source_format
 from toolkit.chunking.spec import Spec
 from toolkit.chunking.split import split_range
 from toolkit.errors import InputError
@@ -19,8 +20,12 @@ from toolkit.text.tokens import wrap_tokenizer
 class Chunker:
     """Base class: ``chunk(text, doc_id)`` → chunks. Subclasses implement ``spans(document)``."""
 
-    algorithm_version = 1
+    # 2: a Markdown or HTML source's chunks carry the heading path at their start (toolkit.chunking.outline).
+    algorithm_version = 2
     trims_whitespace = True
+    # A strategy that reads a format's headings itself (markdown, html; code its definitions) sets its paths;
+    # for every other strategy, Markdown and HTML sources get theirs from the document's heading outline.
+    own_headings = False
 
     def __init__(self, spec: Spec, *, tokenizer=None, embedder=None):
         self.spec = spec
@@ -61,6 +66,8 @@ class Chunker:
         document.title = (document_title(text) if title is None else title) if self.context_mode == "title" else ""
         if document.title and self.unit == "tokens":
             document.reserved = self.tokenizer.count(document.title + "\n")
+        if not self.own_headings:
+            document.outline = heading_outline(text, source_format(doc_id))
         return build_chunks(
             document,
             self.counted_spans(document),
@@ -81,8 +88,13 @@ class Chunker:
             # section body, and a document no chunk comes from can never be found (and is chunked again by
             # every backfill).
             spans = [whole]
-        spans = attach_title(document, spans)
-        return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]
+        return self.finish_spans(document, spans)
+
+    def finish_spans(self, document: Document, spans: list[Span]) -> list[tuple[Span, int]]:
+        """The title attached and the budget enforced, then the heading paths of a Markdown or HTML source attached
+        (after: the split rule is the strategy's, unchanged by them), each span with its exact size."""
+        spans = self.enforce_budget(document, attach_title(document, spans))
+        return [(span, document.embed_tokens(span)) for span in attach_headings(document, spans)]
 
     def enforce_budget(self, document: Document, spans: list[Span]) -> list[Span]:
         """Split any non-atomic span over the budget (a safety net under every strategy)."""
@@ -95,6 +107,28 @@ class Chunker:
                 continue
             result.extend(split_range(document, span, self.size))
         return result
+
+
+def attach_headings(document: Document, spans: list[Span]) -> list[Span]:
+    """For a Markdown or HTML source (``Document.outline``), each span the strategy gave no heading path gets the
+    path of the headings enclosing its start. The path is context above the body, like a title: the strategy sized
+    the body, the path comes on top (the model's input limit still holds: ``build_chunks`` splits to it). A title
+    (``context=title``) that the path already starts with is not repeated."""
+    outline = document.outline
+    if outline is None:
+        return spans
+    result = []
+    for s in spans:
+        if s.heading_path:
+            result.append(s)
+            continue
+        path = outline.path_at(s.start)
+        context = s.context
+        title = document.title
+        if title and path[:1] == (title,) and (context == title or context.startswith(title + "\n")):
+            context = context[len(title) + 1 :]
+        result.append(Span(s.start, s.end, path, context, s.atomic))
+    return result
 
 
 def attach_title(document: Document, spans: list[Span]) -> list[Span]:

@@ -34,6 +34,10 @@ def separators_for(language: str | None):
 class CodeChunker(Chunker):
     """``code:size:overlap[:language=python]``; the language defaults from the file extension of doc_id."""
 
+    # Its heading path is the file and the enclosing definitions; unchanged since version 1.
+    algorithm_version = 1
+    own_headings = True
+
     def spans(self, document: Document) -> list[Span]:
         text = document.text
         if not text:

@@ -74,6 +74,9 @@ class Document:
         # context=title): strategies plan with them counted, then the title is attached and this drops to 0.
         self.reserved = 0
         self.title = ""
+        # A Markdown or HTML source's heading outline (toolkit.chunking.outline), for strategies that do not read
+        # headings themselves.
+        self.outline = None
 
     @property
     def counter(self):

@@ -166,6 +166,10 @@ def parse_sections(text: str) -> tuple[list[Section], list[tuple[int, int]]]:
 class HtmlChunker(Chunker):
     """``html:size:overlap[:merge=50]``: headings h1–h6 first, then blocks, as for Markdown."""
 
+    # Reads its own format's headings (its sections carry their heading paths); unchanged since version 1.
+    algorithm_version = 1
+    own_headings = True
+
     def spans(self, document: Document) -> list[Span]:
         sections, protected = parse_sections(document.text)
         merge = self.spec.options.get("merge", 50)

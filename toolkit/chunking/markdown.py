@@ -99,6 +99,10 @@ def _line_rows(first, last, offset, text):
 class MarkdownChunker(Chunker):
     """``markdown:size:overlap[:merge=50]``: headings first, then blocks; see toolkit.chunking.structure."""
 
+    # Reads its own format's headings (its sections carry their heading paths); unchanged since version 1.
+    algorithm_version = 1
+    own_headings = True
+
     def spans(self, document: Document) -> list[Span]:
         sections, protected = parse_sections(document.text)
         merge = self.spec.options.get("merge", 50)

@@ -3,7 +3,7 @@ within its budget (the splitter itself is ``toolkit.chunking.split``, shared wit
 
 from __future__ import annotations
 
-from toolkit.chunking.base import Chunker, attach_title
+from toolkit.chunking.base import Chunker
 from toolkit.chunking.document import Document, Span
 from toolkit.chunking.split import PROSE_SEPARATORS, _CountingSplitter, split_range
 from toolkit.text.tokens import Cl100kTokenizer
@@ -30,7 +30,6 @@ class RecursiveChunker(Chunker):
             counted = _CountingSplitter(document, budget, min(self.overlap, budget - 1), self.separators).run()
         except UnicodeEncodeError as error:  # a lone surrogate reached the engine
             raise document.surrogate_error(error) from error
-        if not document.title:
+        if not document.title and document.outline is None:
             return counted
-        spans = attach_title(document, [span for span, _ in counted])
-        return [(span, document.embed_tokens(span)) for span in self.enforce_budget(document, spans)]
+        return self.finish_spans(document, [span for span, _ in counted])

@@ -31,7 +31,11 @@ class SmallToBigChunker:
 
     @property
     def version(self) -> str:
-        return f"{self.spec.canonical}@{ALGORITHM_VERSION}"
+        # 2 when the chunker that reads the whole document (the parent, else the child) takes its heading paths from
+        # the outline (Chunker.own_headings): its chunks of a Markdown or HTML source now carry them. Children cut
+        # inside a parent see only the parent's text and keep the parent's path, as before.
+        reader = self.child if self.parent is None else self.parent
+        return f"{self.spec.canonical}@{ALGORITHM_VERSION + (not reader.own_headings)}"
 
     def chunk(self, text: str, doc_id: str | None = None, *, title: str | None = None) -> list[Chunk]:
         if self.parent is not None:
