@@ -54,18 +54,32 @@ def plot_frontier(report: EvalReport, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     path = plot_path(path)
+    figure = draw_frontier(report)
+    try:
+        figure.savefig(path, format="png")
+    except OSError as error:
+        raise InputError(f"Cannot write the plot to {str(path)!r} ({error.strerror}); check the folder.") from None
+    finally:
+        plt.close(figure)
+    return path
+
+
+# Where a label may go around its point, in points: right, left, above, below, then the diagonals further out.
+_LABEL_OFFSETS = [(7, 5), (7, -12), (-7, 5), (-7, -12), (0, 12), (0, -18), (14, 18), (14, -26), (-14, 18),
+                  (-14, -26), (7, 30), (7, -40), (-7, 30), (-7, -40)]  # fmt: skip
+
+
+def draw_frontier(report: EvalReport):
+    """The frontier figure (matplotlib, Agg): axes around the data (a margin on every side, not from 0), each label
+    beside its point where it overlaps no other label and stays inside the axes."""
+    import matplotlib.pyplot as plt
+
     figure, axes = plt.subplots(figsize=(8, 5.5), dpi=110)
-    width = max((r.retrieved_tokens for r in report.configs), default=1.0) or 1.0
-    placed: list[tuple[float, float]] = []
-    for result in sorted(report.configs, key=lambda r: (r.retrieved_tokens, -r.recall)):
-        x, y = result.retrieved_tokens, result.recall
-        axes.scatter(x, y, s=60, color="tab:blue" if result.pareto else "tab:gray", zorder=3)
-        # Labels of points close together are stacked downwards instead of printed over each other.
-        near = sum(1 for px, py in placed if abs(px - x) < 0.15 * width and abs(py - y) < 0.03)
-        placed.append((x, y))
-        # By chunker and retrieval: two retrievals of one chunker are two points that must be told apart.
-        axes.annotate(result.name, (x, y), textcoords="offset points", xytext=(6, 4 - 11 * near), fontsize=8)
-    frontier = sorted((r for r in report.configs if r.pareto), key=lambda r: r.retrieved_tokens)
+    configs = sorted(report.configs, key=lambda r: (r.retrieved_tokens, -r.recall))
+    for result in configs:
+        axes.scatter(result.retrieved_tokens, result.recall, s=60, color="tab:blue" if result.pareto else "tab:gray",
+                     zorder=3)  # fmt: skip
+    frontier = sorted((r for r in configs if r.pareto), key=lambda r: r.retrieved_tokens)
     if frontier:
         axes.step(
             [r.retrieved_tokens for r in frontier],
@@ -83,14 +97,64 @@ def plot_frontier(report: EvalReport, path: str | Path) -> Path:
     axes.set_title(f"{report.queries} queries, {report.documents} documents, {what}: a frontier, not a winner",
                    fontsize=9)  # fmt: skip
     axes.grid(True, alpha=0.3)
-    top = max((r.recall for r in report.configs), default=1.0)
-    axes.set_ylim(0, min(1.05, top + 0.1) if top > 0 else 1.0)
-    axes.set_xlim(left=0, right=width * 1.6)
+    axes.set_xlim(*_around([r.retrieved_tokens for r in configs], 0.25, floor=0.0))
+    axes.set_ylim(*_around([r.recall for r in configs], 0.2, floor=0.0, ceiling=1.0))
     figure.tight_layout()
-    try:
-        figure.savefig(path, format="png")
-    except OSError as error:
-        raise InputError(f"Cannot write the plot to {str(path)!r} ({error.strerror}); check the folder.") from None
-    finally:
-        plt.close(figure)
-    return path
+    _place_labels(figure, axes, configs)
+    return figure
+
+
+def _around(values: list[float], margin: float, floor: float | None = None, ceiling: float | None = None):
+    """Limits from the smallest to the largest value with ``margin`` of their spread on each side (labels need the
+    room), at least 3 % of the largest value (two close points are not blown up into a difference that looks
+    large); kept within ``floor`` and ``ceiling`` (recall is 0 to 1)."""
+    if not values:
+        return (0.0, 1.0)
+    low, high = min(values), max(values)
+    pad = max((high - low) * margin, abs(high) * 0.03) or 0.05
+    low, high = low - pad, high + pad
+    if floor is not None and low < floor <= min(values):
+        low = floor
+    if ceiling is not None and high > ceiling >= max(values):
+        high = ceiling + pad * 0.25  # a point at recall 1 keeps a little room above it
+    return low, high
+
+
+def _place_labels(figure, axes, configs) -> list:
+    """Annotate each point at the first offset whose label box overlaps no earlier label, no other point and stays
+    inside the axes; when none does, the offset that overlaps least. Returns the annotations."""
+    renderer = figure.canvas.get_renderer()
+    frame = axes.get_window_extent(renderer)
+    points = [axes.transData.transform((r.retrieved_tokens, r.recall)) for r in configs]
+    boxes: list = []
+    labels = []
+    for index, result in enumerate(configs):
+        best = None
+        for dx, dy in _LABEL_OFFSETS:
+            label = axes.annotate(
+                result.name, (result.retrieved_tokens, result.recall), textcoords="offset points", xytext=(dx, dy),
+                fontsize=8, ha="left" if dx >= 0 else "right", va="center",
+            )  # fmt: skip
+            box = label.get_window_extent(renderer)
+            cost = sum(_overlap(box, other) for other in boxes)
+            cost += sum(box.contains(px, py) * 100.0 for i, (px, py) in enumerate(points) if i != index)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            cost += 0 if inside else 1e6
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, label, box)
+            else:
+                label.remove()
+            if cost == 0:
+                break
+        boxes.append(best[2])
+        labels.append(best[1])
+    return labels
+
+
+def _overlap(a, b) -> float:
+    """The area two display boxes share (0 when apart)."""
+    width = min(a.x1, b.x1) - max(a.x0, b.x0)
+    height = min(a.y1, b.y1) - max(a.y0, b.y0)
+    return width * height if width > 0 and height > 0 else 0.0
