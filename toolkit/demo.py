@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -160,9 +161,30 @@ def run_demo(
         f"the {DATABASE_NAME} database the other commands use, so a plain `toolkit status` shows none of it. "
         "Look at it with:"
     )
-    say(f'  toolkit --database-url "{url}" status')
+    say(f'  {toolkit_command()} --database-url "{url}" status')
     say(f'  psql "{url}"')
+    if shutil.which("toolkit") is None:
+        say(next_steps_hint())
     return figures
+
+
+def toolkit_command() -> str:
+    """How to run ``toolkit`` from here: the bare name when it is on PATH, else the script beside this Python
+    (``.venv/bin/toolkit`` after ``make demo``, which installs into .venv and activates nothing)."""
+    if shutil.which("toolkit") is not None:
+        return "toolkit"
+    script = Path(sys.executable).parent / "toolkit"
+    return str(script.relative_to(Path.cwd())) if script.is_relative_to(Path.cwd()) else str(script)
+
+
+def next_steps_hint() -> str:
+    """The sentence a newcomer needs after ``make demo``: the command is installed in the virtualenv, not on PATH."""
+    command = toolkit_command()
+    activate = Path(command).parent / "activate"
+    return (
+        f"\n`toolkit` is not on your PATH: it is installed in the virtualenv. Run it as {command} (e.g. "
+        f"`{command} --help`), or `source {activate}` once per shell and then type `toolkit`."
+    )
 
 
 def _backfill(url: str, alias: str, say) -> int:
