@@ -47,6 +47,7 @@ def downgrade() -> None:
             "toolkit.query_log_status()",  # 0005 added the bounds and their counters
             "toolkit.logged_questions(timestamptz, text, integer)",  # 0005 added max_questions
             "toolkit.retire_version(integer, text, boolean)",  # ops: gained force
+            "toolkit.version_status()",  # 0005 added verification
             # 0005 added min_score and diversity (this release's signatures: 0004's are created again)
             "toolkit.search_chunks(vector, integer, jsonb, text, integer, double precision, double precision)",
             "toolkit.hybrid_search_chunks(text, vector, integer, jsonb, text, integer, integer, integer,"

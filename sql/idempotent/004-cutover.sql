@@ -468,10 +468,43 @@ AS $$
     WHERE v.state = 'active'
 $$;
 
+-- What a version's last verification is worth for a cutover, in one word: '-' (never evaluated), 'failed',
+-- 'current' (a cutover accepts it), 'rolled back' (it passed and the contents did not change, but a rollback took the
+-- version off the air after it: a roll forward needs a new verification or force) or 'stale' (it passed, but the
+-- contents changed since). The word toolkit status shows; the rules are the cutover's own.
+-- Definer: reads toolkit.evaluations and toolkit.cutovers, which the writer may not read.
+CREATE OR REPLACE FUNCTION toolkit.version_verification(target integer)
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN last.passed IS NULL THEN '-'
+        WHEN NOT last.passed THEN 'failed'
+        WHEN toolkit.version_evaluation_current(target) THEN 'current'
+        WHEN EXISTS (
+            SELECT FROM toolkit.cutovers AS c
+            INNER JOIN toolkit.evaluations AS e ON e.evaluation_id = toolkit._passing_evaluation(target)
+            WHERE c.action = 'rollback' AND c.from_version = target AND c.happened_at >= e.created_at
+        ) THEN 'rolled back'
+        ELSE 'stale'
+    END
+    FROM (SELECT NULL::boolean AS none) AS always
+    LEFT JOIN LATERAL (
+        SELECT e.passed FROM toolkit.evaluations AS e WHERE e.version = target ORDER BY e.evaluation_id DESC LIMIT 1
+    ) AS last ON true
+$$;
+
 -- One row per version: model, chunker, state, what it serves, rows, pending rows and documents, documents and
--- tenants, index validity, the last evaluation (and whether it still counts for a cutover).
+-- tenants, index validity, the last evaluation (and whether it still counts for a cutover, and in one word:
+-- toolkit.version_verification).
 -- Definer: counts every tenant's rows of the chunk tables.
-CREATE OR REPLACE FUNCTION toolkit.version_status()
+-- Dropped first: CREATE OR REPLACE cannot add the verification column to a function the database already has (the
+-- grants file, applied after this one, grants it again).
+DROP FUNCTION IF EXISTS toolkit.version_status();
+CREATE FUNCTION toolkit.version_status()
 RETURNS TABLE (
     version integer,
     model_alias text,
@@ -492,7 +525,8 @@ RETURNS TABLE (
     last_recall double precision,
     evaluation_current boolean,
     rollback_target boolean,
-    pending_documents bigint
+    pending_documents bigint,
+    verification text
 )
 LANGUAGE plpgsql
 STABLE
@@ -549,6 +583,7 @@ BEGIN
             last_recall := NULL;
         END IF;
         evaluation_current := toolkit.version_evaluation_current(v.version);
+        verification := toolkit.version_verification(v.version);
         RETURN NEXT;
     END LOOP;
 END

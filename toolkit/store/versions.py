@@ -38,13 +38,10 @@ class VersionStatus:
     evaluation_current: bool
     rollback_target: bool
     pending_documents: int | None  # documents a backfill has still to chunk and embed into this version
-
-    @property
-    def verification(self) -> str:
-        """Whether its last verification lets a cutover through: "-" (never evaluated), "failed", "current" or
-        "stale" (it passed, but the contents changed since)."""
-        passed = self.last_evaluation_passed
-        return "-" if passed is None else "failed" if not passed else "current" if self.evaluation_current else "stale"
+    # Whether its last verification lets a cutover through, in SQL's word (toolkit.version_verification): "-" (never
+    # evaluated), "failed", "current", "rolled back" (it passed, then a rollback took the version off the air: a
+    # roll forward needs a new verification or force) or "stale" (it passed, but the contents changed since).
+    verification: str
 
 
 def _scalar(conn: psycopg.Connection, query: str, params: tuple = ()):
