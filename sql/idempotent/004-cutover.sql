@@ -497,13 +497,14 @@ AS $$
     ) AS last ON true
 $$;
 
+-- version_status is dropped first: CREATE OR REPLACE cannot add the verification column to a function the database
+-- already has (the grants file, applied after this one, grants it again).
+DROP FUNCTION IF EXISTS toolkit.version_status();
+
 -- One row per version: model, chunker, state, what it serves, rows, pending rows and documents, documents and
 -- tenants, index validity, the last evaluation (and whether it still counts for a cutover, and in one word:
 -- toolkit.version_verification).
 -- Definer: counts every tenant's rows of the chunk tables.
--- Dropped first: CREATE OR REPLACE cannot add the verification column to a function the database already has (the
--- grants file, applied after this one, grants it again).
-DROP FUNCTION IF EXISTS toolkit.version_status();
 CREATE FUNCTION toolkit.version_status()
 RETURNS TABLE (
     version integer,
