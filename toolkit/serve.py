@@ -5,7 +5,12 @@ language (extra ``toolkit[serve]``: Starlette on uvicorn).
   model of the version that serves the request (its query prefix applied once), all from one version.
 - ``POST /search``: ``{"question": ..., "k": 5, ...}``; the same JSON as ``toolkit search --format json``
   (``toolkit.search.search`` with its defaults).
-- ``GET /health``: 200 with the active version when the database answers, else 503.
+- ``GET /health``: liveness: 200 whenever the process answers (the database is not needed; the active version is
+  named when the database answers within HEALTH_DATABASE_SECONDS).
+- ``GET /ready``: readiness: 200 when a real pinned search succeeds (the serving model, then a search on that
+  version, within READY_SECONDS), else 503 with the reason.
+- ``GET /metrics``: Prometheus' text format (``prometheus-client``, a registry of this app's own): requests, errors
+  and latency by endpoint and served version, the canary's share, the pool's use.
 
 Every answer that comes from a version says which in ``X-Toolkit-Version``.
 
@@ -31,6 +36,7 @@ import ipaddress
 import json
 import logging
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -78,6 +84,13 @@ VERSION_HEADER = "X-Toolkit-Version"
 CLOSE = {"Connection": "close"}  # a refusal after which nothing more of the connection is read
 TENANT_HEADER = "X-Toolkit-Tenant"
 PRINCIPALS_HEADER = "X-Toolkit-Principals"
+HEALTH_DATABASE_SECONDS = 1.0  # /health names the active version if the database answers this fast; 200 regardless
+READY_SECONDS = 5.0  # /ready's search must succeed within this, else 503
+# /ready searches this tenant (serve --tenant when pinned): one without documents still runs every step of a search
+# (serving model, the question embedded, the SQL search with its grants and policies) and returns nothing.
+PROBE_TENANT = "toolkit-ready-probe"
+PROBE_QUESTION = "toolkit readiness probe"
+ENDPOINTS = ("/search", "/v1/embeddings", "/health", "/ready", "/metrics")  # metric labels; any other path: "other"
 SEARCH_FIELDS = {
     "question",
     "tenant",
@@ -261,6 +274,9 @@ class App:
         # the large ones that already run, never behind all of them.
         self.database_slots = asyncio.Semaphore(settings.pool_size)
         self.large_slots = asyncio.Semaphore(max(1, settings.pool_size // 4))
+        self.in_use = 0  # requests running on a database connection (/metrics: pool use)
+        self.waiting = 0  # requests waiting for one
+        self.metrics = Metrics(self)
 
     def _connect(self) -> psycopg.Connection:
         from toolkit.db.connection import connect
@@ -324,6 +340,9 @@ class App:
         """``work(conn)`` in a thread once a database slot is free (for a large search, first a slot of its
         budget); a slot that stays busy for POOL_WAIT_SECONDS answers 503."""
         async with contextlib.AsyncExitStack() as slots:
+            self.waiting += 1
+            waiting = slots.enter_context(contextlib.ExitStack())
+            waiting.callback(self._stop_waiting)
             for semaphore in (self.large_slots, self.database_slots) if large else (self.database_slots,):
                 try:
                     await asyncio.wait_for(semaphore.acquire(), POOL_WAIT_SECONDS)
@@ -335,21 +354,74 @@ class App:
                         headers={"Retry-After": "1"},
                     ) from None
                 slots.callback(semaphore.release)
+            waiting.close()
+            self.in_use += 1
+            slots.callback(self._stop_using)
             # ConnectionPool.run: a version retired between serving_model() and the search is retried there.
             return await run_in_threadpool(self.pool.run, work, POOL_WAIT_SECONDS)
 
+    def _stop_waiting(self) -> None:
+        self.waiting -= 1
+
+    def _stop_using(self) -> None:
+        self.in_use -= 1
+
     async def health(self, request: Request) -> Response:
+        """Liveness: the process answers, 200 whatever the database does (a probe that restarted the server when
+        the database is down would only add restarts). The active version is named when the database answers
+        within HEALTH_DATABASE_SECONDS, else null with the reason in ``database``; readiness is /ready."""
+
         def check(conn):
             from toolkit.store.versions import active_version
 
             return active_version(conn)
 
+        active, database = None, "ok"
         try:
-            active = await self._run(check)
-        except (psycopg.Error, ToolkitError, TimeoutError, RequestError) as error:
-            return JSONResponse({"status": "unavailable", "error": str(error).strip()}, status_code=503)
+            active = await asyncio.wait_for(self._run(check), HEALTH_DATABASE_SECONDS)
+        except TimeoutError:
+            database = f"no answer within {HEALTH_DATABASE_SECONDS:g} s"
+        except Exception as error:  # any failure is reported, never turned into a failed liveness probe
+            database = _reason(error)
         headers = {VERSION_HEADER: str(active)} if active is not None else None
-        return JSONResponse({"status": "ok", "active_version": active, "toolkit": __version__}, headers=headers)
+        body = {"status": "ok", "toolkit": __version__, "active_version": active, "database": database}
+        return JSONResponse(body, headers=headers)
+
+    async def ready(self, request: Request) -> Response:
+        """Readiness: what an application's request does, for real — the serving model, then a search pinned to
+        the version it names (as the reader, not logged), within READY_SECONDS; 503 with the reason otherwise (the
+        database down, no version active, a grant or function missing, the schema downgraded under the server)."""
+        tenant = self.settings.tenant or PROBE_TENANT
+
+        def probe(conn):
+            from toolkit.search import search
+            from toolkit.serving import serving_model
+
+            model = serving_model(conn, tenant)
+            hits = search(conn, PROBE_QUESTION, tenant, 1, version=model.version, log=False)
+            return model, len(hits)
+
+        started = time.perf_counter()
+        try:
+            model, _ = await asyncio.wait_for(self._run(probe), READY_SECONDS)
+        except TimeoutError:
+            return _not_ready(f"A search did not complete within {READY_SECONDS:g} s.")
+        except Exception as error:  # whatever stops a search makes the server not ready; the reason says which
+            return _not_ready(f"A search failed: {_reason(error)}")
+        body = {
+            "status": "ready",
+            "version": model.version,
+            "model": model.model_alias,
+            "serving": model.serving,
+            "search_ms": round((time.perf_counter() - started) * 1000, 1),
+        }
+        return JSONResponse(body, headers={VERSION_HEADER: str(model.version)})
+
+    async def metrics_page(self, request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        await self.metrics.read_database()
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def search(self, request: Request) -> Response:
         body = await _read_json(request)
@@ -460,6 +532,127 @@ class App:
         return _json(answer, {VERSION_HEADER: str(made.version)})
 
 
+def _reason(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text if text.endswith(".") else text + "."
+
+
+def _not_ready(reason: str) -> JSONResponse:
+    body = {"status": "not ready", "error": {"message": reason, "type": "service_unavailable", "param": None,
+                                             "code": None}}  # fmt: skip
+    return JSONResponse(body, status_code=503, headers={"Retry-After": "1"})
+
+
+# --- /metrics -------------------------------------------------------------------------------------------------
+
+
+class Metrics:
+    """This app's Prometheus metrics, in a registry of its own (two apps in one process never mix their counts):
+    what ``Measured`` records per request, the pool's use read at each scrape, and from the database at each scrape
+    (bounded by HEALTH_DATABASE_SECONDS) the active version and the canary's share."""
+
+    def __init__(self, app: App):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.app = app
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+        labels = ("endpoint", "version", "status")
+        self.requests = Counter(
+            "toolkit_serve_requests",
+            "Requests answered, by endpoint, the version that served them (none: no version) and HTTP status.",
+            labels,
+            registry=registry,
+        )
+        self.errors = Counter(
+            "toolkit_serve_errors",
+            "Requests answered with an error (HTTP 4xx or 5xx), by endpoint, version and HTTP status.",
+            labels,
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "toolkit_serve_request_duration_seconds",
+            "Time from the request's head to the end of its answer, by endpoint and served version.",
+            ("endpoint", "version"),
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=registry,
+        )
+        pool = Gauge("toolkit_serve_pool_connections", "Database connections: size, in_use, waiting.", ("state",),
+                     registry=registry)  # fmt: skip
+        pool.labels("size").set(app.settings.pool_size)
+        pool.labels("in_use").set_function(lambda: app.in_use)
+        pool.labels("waiting").set_function(lambda: app.waiting)
+        self.database_up = Gauge(
+            "toolkit_serve_database_up", "1 when the database answered this scrape's questions in time.",
+            registry=registry,
+        )  # fmt: skip
+        self.active = Gauge("toolkit_active_version", "The active version (NaN when none is).", registry=registry)
+        self.canary = Gauge(
+            "toolkit_canary_percent",
+            "The canary candidate's configured share of request keys, in percent (0 without a canary; absent when the "
+            "server's login may not read it: toolkit.canary_status is the writer's and deployer's).",
+            ("candidate",),
+            registry=registry,
+        )
+
+    def observe(self, path: str, version: str, status: int, seconds: float) -> None:
+        endpoint = path if path in ENDPOINTS else "other"  # bounded labels: a caller's path never becomes one
+        self.requests.labels(endpoint, version, str(status)).inc()
+        if status >= 400:
+            self.errors.labels(endpoint, version, str(status)).inc()
+        self.latency.labels(endpoint, version).observe(seconds)
+
+    async def read_database(self) -> None:
+        def read(conn):
+            from toolkit.serving import canary_status
+            from toolkit.store.versions import active_version
+
+            active = active_version(conn)
+            try:
+                canary = canary_status(conn)
+            except (psycopg.errors.InsufficientPrivilege, DatabaseError):
+                return active, False, None
+            return active, True, canary
+
+        try:
+            active, readable, canary = await asyncio.wait_for(self.app._run(read), HEALTH_DATABASE_SECONDS)
+        except Exception:  # a scrape never fails: the gauge says the database did not answer
+            self.database_up.set(0)
+            return
+        self.database_up.set(1)
+        self.active.set(active if active is not None else float("nan"))
+        self.canary.clear()
+        if readable:
+            self.canary.labels(str(canary.candidate) if canary else "none").set(canary.percent if canary else 0)
+
+
+class Measured:
+    """ASGI middleware outside everything else (the Gate's refusals are requests too): records each request's
+    endpoint, the version its answer names (X-Toolkit-Version), its status and its duration in ``Metrics``."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        seen = {"status": 500, "version": "none"}
+
+        async def recording(message) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+                for name, value in message.get("headers") or ():
+                    if name.lower() == b"x-toolkit-version":
+                        seen["version"] = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording)
+        finally:
+            self.metrics.observe(scope.get("path", ""), seen["version"], seen["status"], time.perf_counter() - started)
+
+
 def _cancelled(error: BaseException) -> bool:
     """The statement was cancelled (statement_timeout, SQLSTATE 57014): the library wraps psycopg's QueryCanceled
     into a DatabaseError (toolkit.db.connection.translate_errors), whose words are about a connection that failed."""
@@ -512,8 +705,8 @@ async def _http_error(request: Request, error: HTTPException) -> Response:
     # Starlette's own refusals (no such path, wrong method) in the same JSON shape as every other error.
     if error.status_code == 404:
         message = (
-            f"There is no endpoint {request.url.path}; the endpoints are POST /search, POST /v1/embeddings and GET "
-            "/health."
+            f"There is no endpoint {request.url.path}; the endpoints are POST /search, POST /v1/embeddings, GET "
+            "/health, GET /ready and GET /metrics."
         )
     elif error.status_code == 405:
         allowed = error.headers.get("Allow", "") if error.headers else ""
@@ -625,6 +818,8 @@ def create_app(settings: ServerSettings) -> Starlette:
     app = App(settings)
     routes = [
         Route("/health", app.health, methods=["GET"]),
+        Route("/ready", app.ready, methods=["GET"]),
+        Route("/metrics", app.metrics_page, methods=["GET"]),
         Route("/search", _errors(app.search, settings), methods=["POST"]),
         Route("/v1/embeddings", _errors(app.embeddings, settings), methods=["POST"]),
     ]
@@ -777,8 +972,9 @@ def server(
 
     check_loopback(host)
     allowed = [check_allowed_host(name) for name in settings.allowed_hosts]
+    app = create_app(settings)
     config = uvicorn.Config(
-        Gate(create_app(settings), allowed, workers_limit),
+        Measured(Gate(app, allowed, workers_limit), app.state.toolkit.metrics),
         host=host,
         port=port,
         http=_protocol(),

@@ -1,8 +1,9 @@
-"""What ``toolkit status`` reports: every version with its state, rows, index and evaluation, the canary and the
-query log, as SQL's status functions return them."""
+"""What ``toolkit status`` reports: every version with its state, rows, index and evaluation, how far each is behind
+(``toolkit.version_lag()``), the canary and the query log, as SQL's status functions return them."""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import asdict, dataclass
 
 import psycopg
@@ -20,12 +21,17 @@ class Overview:
     canary: Canary | None
     query_log: object  # toolkit.store.query_log.QueryLogStatus
     documents: dict | None = None  # {"documents": N, "tenants": N}; None when the role may not count them
+    lag: list | None = None  # toolkit.version_lag() rows; None when the role may not read them
 
     def as_dict(self) -> dict:
+        """For JSON: durations in ISO 8601 ("P30D"), and null (never "") where there is nothing."""
+        versions = [{**asdict(v), "serving": v.serving or None} for v in self.versions]
+        log = {**self.query_log.as_dict(), "retention": iso_duration(self.query_log.retention)}
         return {
-            "versions": [asdict(v) for v in self.versions],
+            "versions": versions,
+            "lag": self.lag,
             "canary": self.canary.as_dict() if self.canary else None,
-            "query_log": self.query_log.as_dict(),
+            "query_log": log,
             "documents": self.documents,
         }
 
@@ -42,7 +48,42 @@ def overview(conn: psycopg.Connection) -> Overview:
     from toolkit.store.versions import version_status
 
     prune_if_permitted(conn)
-    return Overview(version_status(conn), canary_status(conn), query_log_status(conn), document_counts(conn))
+    return Overview(
+        version_status(conn), canary_status(conn), query_log_status(conn), document_counts(conn), version_lag(conn)
+    )
+
+
+def version_lag(conn: psycopg.Connection) -> list[dict] | None:
+    """``toolkit.version_lag()``: per live version, the documents its backfill has still to write, the chunks without
+    an embedding, since when the oldest waited, and whether it is caught up. None for a role that may not read it."""
+    from toolkit.store.lifecycle import version_lag as read_lag
+
+    try:
+        return read_lag(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        return None
+
+
+def iso_duration(value: datetime.timedelta | None) -> str | None:
+    """A duration in ISO 8601 (``P30D``, ``PT12H``, ``P1DT0.5S``; ``PT0S`` for none), as JSON readers and
+    Prometheus' tooling parse it; None stays None."""
+    if value is None:
+        return None
+    sign = "-" if value < datetime.timedelta(0) else ""
+    value = abs(value)
+    days, seconds, micro = value.days, value.seconds, value.microseconds
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    time = ""
+    if hours:
+        time += f"{hours}H"
+    if minutes:
+        time += f"{minutes}M"
+    if seconds or micro:
+        time += (f"{seconds}.{micro:06d}".rstrip("0") if micro else str(seconds)) + "S"
+    if not days and not time:
+        return "PT0S"
+    return f"{sign}P{f'{days}D' if days else ''}{'T' + time if time else ''}"
 
 
 def document_counts(conn: psycopg.Connection) -> dict | None:

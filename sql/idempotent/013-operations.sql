@@ -90,3 +90,49 @@ AS $$
     FROM pg_stat_replication AS r
     ORDER BY 1, 2
 $$;
+
+-- How far each live version is behind the documents (what the active version serves from): the documents a
+-- backfill has still to write into it (toolkit._pending_document_condition, the backfill's own work queue: no rows
+-- in the version yet, or rows still without an embedding), the chunks without an embedding, and since when the
+-- oldest of those documents has waited. Ingest writes a changed document into every live version in one
+-- transaction (dual-write), so a version only falls behind by what its backfill has not reached.
+-- caught_up: nothing pending. A retired version is not listed. SELECT * FROM toolkit.version_lag() WHERE NOT caught_up.
+-- Definer: counts every tenant's documents and chunk rows, as toolkit.version_status() does.
+CREATE OR REPLACE FUNCTION toolkit.version_lag()
+RETURNS TABLE (
+    version integer,
+    state text,
+    active_version integer,
+    documents bigint,
+    documents_behind bigint,
+    documents_not_chunked bigint,
+    rows_not_embedded bigint,
+    oldest_pending_since timestamptz,
+    caught_up boolean
+)
+LANGUAGE plpgsql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v record;
+BEGIN
+    SELECT x.version INTO active_version FROM toolkit.versions AS x WHERE x.state = 'active';
+    SELECT count(*) INTO documents FROM toolkit.documents;
+    FOR v IN SELECT x.version, x.state FROM toolkit.versions AS x WHERE x.state <> 'retired' ORDER BY x.version LOOP
+        version := v.version;
+        state := v.state;
+        EXECUTE format(
+            'SELECT count(*), count(*) FILTER (WHERE NOT EXISTS (SELECT FROM %1$s AS c'
+            ' WHERE c.tenant = d.tenant AND c.doc_id = d.doc_id)), min(d.updated_at)'
+            ' FROM toolkit.documents AS d WHERE %2$s',
+            toolkit._chunk_table(v.version), toolkit._pending_document_condition(v.version))
+            INTO documents_behind, documents_not_chunked, oldest_pending_since;
+        EXECUTE format('SELECT count(*) FROM %s WHERE embedding IS NULL AND NOT is_parent',
+            toolkit._chunk_table(v.version)) INTO rows_not_embedded;
+        caught_up := documents_behind = 0 AND rows_not_embedded = 0;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;

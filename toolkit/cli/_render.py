@@ -229,6 +229,14 @@ def print_overview(overview, output_format: str) -> None:
             )
         else:
             say("No documents yet: toolkit ingest PATH --tenant TENANT, then toolkit backfill --model ALIAS.")
+    for lag in overview.lag or ():
+        if not lag["caught_up"]:
+            say(
+                f"Version {lag['version']} ({lag['state']}) is behind: {plural(lag['documents_behind'], 'document')} "
+                f"for its backfill ({lag['documents_not_chunked']:,} not chunked), "
+                f"{plural(lag['rows_not_embedded'], 'chunk')} without an embedding, the oldest waiting since "
+                f"{lag['oldest_pending_since']:%Y-%m-%d %H:%M} (toolkit.version_lag())."
+            )
     canary, log = overview.canary, overview.query_log
     if canary is not None:
         say(

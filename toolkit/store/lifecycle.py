@@ -187,3 +187,12 @@ def standby_replay(conn: psycopg.Connection, position: str) -> list[LaggingStand
             "SELECT standby, client, state, replay_lag, caught_up FROM toolkit.standby_replay(%s)", (position,)
         ).fetchall()
     return [LaggingStandby(r[0], r[1], r[2], r[3], r[4] is not None) for r in rows if not r[4]]
+
+
+def version_lag(conn: psycopg.Connection) -> list[dict]:
+    """``toolkit.version_lag()``: per live version, the documents its backfill has still to write, the chunks without
+    an embedding, since when the oldest waited, and whether it is caught up (docs/operations.md#version-lag)."""
+    from psycopg.rows import dict_row
+
+    with translate_errors(), conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute("SELECT * FROM toolkit.version_lag() ORDER BY version").fetchall()
