@@ -161,7 +161,7 @@ def run_demo(
         f"the {DATABASE_NAME} database the other commands use, so a plain `toolkit status` shows none of it. "
         "Look at it with:"
     )
-    say(f'  {toolkit_command()} --database-url "{url}" status')
+    say(f'  toolkit --database-url "{url}" status')
     say(f'  psql "{url}"')
     if shutil.which("toolkit") is None:
         say(next_steps_hint())
