@@ -174,6 +174,10 @@ def test_status_json_has_iso_durations_nulls_and_lag(database_url, versions):
     assert serving == {versions[0]: "active", versions[1]: None}
     assert status["canary"] is None
     assert [(row["version"], row["caught_up"]) for row in status["lag"]] == [(versions[0], True), (versions[1], True)]
+    # toolkit query-log's own JSON gives the retention the same way (it said "30 days, 0:00:00")
+    logged = CliRunner().invoke(main, ["--database-url", database_url, "query-log", "--format", "json"])
+    assert logged.exit_code == 0, logged.output
+    assert json.loads(logged.stdout)["retention"] == "P30D"
 
 
 def test_version_lag_shows_a_version_behind(conn, versions, database_url):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import asdict, dataclass
 
 import psycopg
@@ -26,7 +25,7 @@ class Overview:
     def as_dict(self) -> dict:
         """For JSON: durations in ISO 8601 ("P30D"), and null (never "") where there is nothing."""
         versions = [{**asdict(v), "serving": v.serving or None} for v in self.versions]
-        log = {**self.query_log.as_dict(), "retention": iso_duration(self.query_log.retention)}
+        log = self.query_log.as_dict()
         return {
             "versions": versions,
             "lag": self.lag,
@@ -62,28 +61,6 @@ def version_lag(conn: psycopg.Connection) -> list[dict] | None:
         return read_lag(conn)
     except psycopg.errors.InsufficientPrivilege:
         return None
-
-
-def iso_duration(value: datetime.timedelta | None) -> str | None:
-    """A duration in ISO 8601 (``P30D``, ``PT12H``, ``P1DT0.5S``; ``PT0S`` for none), as JSON readers and
-    Prometheus' tooling parse it; None stays None."""
-    if value is None:
-        return None
-    sign = "-" if value < datetime.timedelta(0) else ""
-    value = abs(value)
-    days, seconds, micro = value.days, value.seconds, value.microseconds
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
-    time = ""
-    if hours:
-        time += f"{hours}H"
-    if minutes:
-        time += f"{minutes}M"
-    if seconds or micro:
-        time += (f"{seconds}.{micro:06d}".rstrip("0") if micro else str(seconds)) + "S"
-    if not days and not time:
-        return "PT0S"
-    return f"{sign}P{f'{days}D' if days else ''}{'T' + time if time else ''}"
 
 
 def document_counts(conn: psycopg.Connection) -> dict | None:

@@ -328,6 +328,28 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(**{{"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}[unit]: value})
 
 
+def iso_duration(value: timedelta | None) -> str | None:
+    """A duration in ISO 8601 (``P30D``, ``PT12H``, ``P1DT0.5S``; ``PT0S`` for none), as JSON readers and
+    Prometheus' tooling parse it; None stays None."""
+    if value is None:
+        return None
+    sign = "-" if value < timedelta(0) else ""
+    value = abs(value)
+    days, seconds, micro = value.days, value.seconds, value.microseconds
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    time = ""
+    if hours:
+        time += f"{hours}H"
+    if minutes:
+        time += f"{minutes}M"
+    if seconds or micro:
+        time += (f"{seconds}.{micro:06d}".rstrip("0") if micro else str(seconds)) + "S"
+    if not days and not time:
+        return "PT0S"
+    return f"{sign}P{f'{days}D' if days else ''}{'T' + time if time else ''}"
+
+
 def check_tenant(tenant) -> str:
     """The one rule for a tenant's name, wherever one is given (ingest, search, serving, bindings): a string with
     something in it, at most 200 printable characters (SQL's own CHECK only refuses ''). Returns it unchanged."""

@@ -12,6 +12,7 @@ import psycopg
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError, ToolkitError
+from toolkit.validation import iso_duration
 
 _log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class QueryLogStatus:
 
     def as_dict(self) -> dict:
         values = asdict(self)
-        values["retention"] = str(self.retention)
+        values["retention"] = iso_duration(self.retention)  # ISO 8601 ("P30D"), as toolkit status gives it
         return values
 
 
