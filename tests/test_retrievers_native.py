@@ -126,8 +126,22 @@ def test_langchain_refuses_what_it_does_not_know(library):
             retriever.invoke(QUESTION, fliter={"lang": "en"})
         with pytest.raises(InputError, match=r"The filter operator '\$gt' is not supported: EQ and IN \(\$eq, \$in\)"):
             retriever.invoke(QUESTION, filter={"year": {"$gt": 2020}})
-        with pytest.raises(InputError, match=r"IN filter on the metadata key 'lang' is not supported"):
-            retriever.invoke(QUESTION, filter={"lang": {"$in": ["en", "fr"]}})
+        with pytest.raises(InputError, match=r"IN filter on the metadata key 'lang' takes a non-empty list"):
+            retriever.invoke(QUESTION, filter={"lang": {"$in": []}})
+    finally:
+        retriever.close()
+
+
+def test_in_on_a_metadata_key_is_any_of_its_values(library, expected):
+    # IN on a metadata key: SQL reads the list as "any of". Checked against the EQ filter's answer (SQL's scalar path)
+    # and, with every value the tenant's documents hold, against no filter at all.
+    retriever = LangChainRetriever(database_url=library[1], tenant="acme")
+    try:
+        french = retriever.invoke(QUESTION, filter={"lang": {"$in": ["fr", "de"]}})
+        assert documents(french) == expected(5, filters={"metadata": {"lang": "fr"}})
+        assert {doc for doc, *_ in documents(french)} == {"row-security.md"}
+        assert documents(retriever.invoke(QUESTION, filter={"lang": {"$in": ["en", "fr"]}})) == expected(5)
+        assert retriever.invoke(QUESTION, filter={"lang": {"$in": ["de"]}}) == []
     finally:
         retriever.close()
 

@@ -188,7 +188,8 @@ def test_the_upgrades_keys_are_the_triggers(conn):
     ("metadata", "words"),
     [
         (["lang"], "must be a JSON object"),
-        ({"tags": ["a"]}, "compares a top-level key with one value"),
+        ({"tags": []}, "compares a top-level key with one value"),
+        ({"tags": [["a"]]}, "compares a top-level key with one value"),
         ({"owner": {"team": "x"}}, "compares a top-level key with one value"),
         ({"": "x"}, "needs a key"),
     ],

@@ -246,10 +246,12 @@ BEGIN
     updated_after := (filters ->> 'updated_after')::timestamptz;
     updated_before := (filters ->> 'updated_before')::timestamptz;
 
-    -- metadata: {"key": value, ...}, each a top-level key of documents.metadata equal to a JSON scalar (all of them
-    -- must hold). The documents matching it narrow doc_id: every search applies the filters through that one
-    -- condition. Found as the caller (row-level security applies) through toolkit.document_metadata_keys' primary key
-    -- (the documents holding every key and value), then checked with @> on the documents themselves.
+    -- metadata: {"key": value, ...}, each a top-level key of documents.metadata equal to a JSON scalar, or to one of
+    -- a non-empty list of scalars (IN); all the keys must hold. The documents matching it narrow doc_id: every search
+    -- applies the filters through that one condition. Found as the caller (row-level security applies) through
+    -- toolkit.document_metadata_keys' primary key (a document has one value a key, so it matches one pair of each
+    -- key: the documents matching as many distinct pairs as there are keys), then checked on the documents
+    -- themselves (@> for a scalar; for a list, the document's value is one of its elements).
     wanted := filters -> 'metadata';
     IF wanted IS NOT NULL AND jsonb_typeof(wanted) <> 'null' THEN
         IF jsonb_typeof(wanted) <> 'object' THEN
@@ -262,22 +264,41 @@ BEGIN
                 RAISE EXCEPTION 'a metadata filter needs a key: the empty key names nothing'
                     USING ERRCODE = 'invalid_parameter_value', HINT = 'For example {"metadata": {"lang": "en"}}.';
             END IF;
-            IF jsonb_typeof(metadata_value) IN ('object', 'array') THEN
+            IF jsonb_typeof(metadata_value) = 'object' OR (jsonb_typeof(metadata_value) = 'array' AND (
+                jsonb_array_length(metadata_value) = 0 OR EXISTS (
+                    SELECT FROM jsonb_array_elements(metadata_value) AS v (value)
+                    WHERE jsonb_typeof(v.value) IN ('object', 'array')
+                )
+            )) THEN
                 RAISE EXCEPTION 'the metadata filter % compares a top-level key with one value (a string, a number, '
-                    'true, false or null), not with %', quote_literal(metadata_key), metadata_value
+                    'true, false or null) or a non-empty list of them (any of), not with %', quote_literal(metadata_key),
+                    metadata_value
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
         END LOOP;
         IF wanted <> '{}' THEN
             search_tenant := toolkit._search_tenant();
-            pairs := ARRAY(SELECT toolkit._metadata_key_value(e.key, e.value) FROM jsonb_each(wanted) AS e);
+            pairs := ARRAY(
+                SELECT DISTINCT toolkit._metadata_key_value(e.key, v.value)
+                FROM jsonb_each(wanted) AS e
+                CROSS JOIN LATERAL jsonb_array_elements(
+                    CASE WHEN jsonb_typeof(e.value) = 'array' THEN e.value ELSE jsonb_build_array(e.value) END
+                ) AS v (value)
+            );
             matched := ARRAY(
                 SELECT d.doc_id FROM toolkit.documents AS d
                 WHERE d.tenant = search_tenant AND d.doc_id IN (
                     SELECT m.doc_id FROM toolkit.document_metadata_keys AS m
                     WHERE m.tenant = search_tenant AND m.key_value = ANY (pairs)
-                    GROUP BY m.doc_id HAVING count(*) = cardinality(pairs)
-                ) AND d.metadata @> wanted
+                    GROUP BY m.doc_id HAVING count(*) = (SELECT count(*) FROM jsonb_object_keys(wanted))
+                ) AND NOT EXISTS (
+                    SELECT FROM jsonb_each(wanted) AS e
+                    WHERE NOT CASE
+                        WHEN jsonb_typeof(e.value) = 'array'
+                            THEN d.metadata ? e.key AND e.value @> jsonb_build_array(d.metadata -> e.key)
+                        ELSE d.metadata @> jsonb_build_object(e.key, e.value)
+                    END
+                )
                 ORDER BY d.doc_id
             );
             doc_ids := CASE WHEN doc_ids IS NULL THEN matched

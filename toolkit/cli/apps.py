@@ -119,8 +119,9 @@ def embed(question, tenant, request_key, output_format) -> None:
 def serve(host, port, tenant, pool_size, trust_proxy_headers, allowed_hosts) -> None:
     """Serve POST /v1/embeddings (OpenAI-compatible: the serving model, query prefix applied once), POST /search
     (the JSON of `toolkit search --format json`), GET /health (liveness), GET /ready (readiness: a real pinned search)
-    and GET /metrics (Prometheus), with X-Toolkit-Version on every answer from a version. Who chooses the tenant and the principals, and every bound on a request: docs/serving.md#toolkit-serve
-    and docs/security.md#toolkit-serves-trust-model."""
+    and GET /metrics (Prometheus), with X-Toolkit-Version on every answer from a version. Who chooses the tenant and
+    the principals, and every bound on a request: docs/serving.md#toolkit-serve and
+    docs/security.md#toolkit-serves-trust-model."""
     from toolkit.cli._context import database_url
 
     try:

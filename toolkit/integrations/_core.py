@@ -226,8 +226,8 @@ def merge_filters(first: dict | None, second: dict | None) -> dict | None:
     return merged
 
 
-# The operators a metadata filter may use: equality, and one of several values (a document's id only: the
-# toolkit's metadata filters are equalities, SQL's ``metadata @> {...}``).
+# The operators a metadata filter may use: equality, and one of several values (on the document's id, or on a
+# metadata key: SQL's metadata filter reads a list of scalars as "any of").
 EQ, IN = "==", "in"
 SUPPORTED_OPERATORS = "EQ and IN"
 # A filter on these keys is on the document's id (hits carry it as doc_id, and as source for other stores' code).
@@ -241,8 +241,8 @@ def metadata_filters(conditions) -> dict | None:
       ``{"doc_id": {"$in": ["a.md", "b.md"]}}``;
     - LlamaIndex's ``MetadataFilters`` of ``MetadataFilter``/``ExactMatchFilter`` with ``==`` and ``in``.
 
-    ``doc_id`` (or ``source``) takes EQ and IN; any other key is a top-level key of the document's metadata, EQ
-    only. Other operators, OR/NOT and nested groups are refused by name."""
+    ``doc_id`` (or ``source``) takes EQ and IN; any other key is a top-level key of the document's metadata, EQ or
+    IN (a non-empty list of scalars). Other operators, OR/NOT and nested groups are refused by name."""
     if conditions is None:
         return None
     pairs: list[tuple[str, str, object]] = []
@@ -292,16 +292,16 @@ def metadata_filters(conditions) -> dict | None:
             if "doc_id" in filters:
                 raise InputError("The document id is filtered twice; give one filter (IN for several ids).")
             filters["doc_id"] = values
-        elif operator == IN:
-            raise InputError(
-                f"The IN filter on the metadata key {key!r} is not supported: metadata keys take EQ (one value); "
-                "IN works on doc_id."
-            )
         else:
+            if operator == IN and (not isinstance(value, list | tuple) or not value):
+                raise InputError(
+                    f"The IN filter on the metadata key {key!r} takes a non-empty list, not {shown(value)}."
+                )
             metadata = filters.setdefault("metadata", {})
             if key in metadata:
                 raise InputError(f"The metadata key {key!r} is filtered twice; give it once.")
-            metadata[key] = value
+            # SQL reads a list as IN (the document's value is one of them), a scalar as EQ.
+            metadata[key] = list(value) if operator == IN else value
     return filters
 
 
