@@ -129,27 +129,28 @@ def _place_labels(figure, axes, configs) -> list:
     boxes: list = []
     labels = []
     for index, result in enumerate(configs):
+        # One annotation per point, moved from place to place (its box measured at each) and left at the best.
+        label = axes.annotate(
+            result.name, (result.retrieved_tokens, result.recall), textcoords="offset points", xytext=_LABEL_OFFSETS[0],
+            fontsize=8, va="center",
+        )  # fmt: skip
         best = None
         for dx, dy in _LABEL_OFFSETS:
-            label = axes.annotate(
-                result.name, (result.retrieved_tokens, result.recall), textcoords="offset points", xytext=(dx, dy),
-                fontsize=8, ha="left" if dx >= 0 else "right", va="center",
-            )  # fmt: skip
+            label.xyann = (dx, dy)
+            label.set_horizontalalignment("left" if dx >= 0 else "right")
             box = label.get_window_extent(renderer)
             cost = sum(_overlap(box, other) for other in boxes)
             cost += sum(box.contains(px, py) * 100.0 for i, (px, py) in enumerate(points) if i != index)
             inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
             cost += 0 if inside else 1e6
             if best is None or cost < best[0]:
-                if best is not None:
-                    best[1].remove()
-                best = (cost, label, box)
-            else:
-                label.remove()
+                best = (cost, (dx, dy), box)
             if cost == 0:
                 break
+        label.xyann = best[1]
+        label.set_horizontalalignment("left" if best[1][0] >= 0 else "right")
         boxes.append(best[2])
-        labels.append(best[1])
+        labels.append(label)
     return labels
 
 
