@@ -102,6 +102,24 @@ def test_small_to_big_children_carry_the_outline_too():
         assert child.heading_path == _headings_at(MARKDOWN_HEADINGS, parents[child.parent_id].start)
 
 
+@pytest.mark.parametrize("spec", ["recursive:128:64", "sentence:40:0:parent=recursive,160,0", "fixed:64:8:window=1"])
+def test_a_version_built_before_the_outline_is_still_chunked_as_it_was_built(spec):
+    # A version recorded at @1 (before every strategy read the outline) keeps receiving writes: ingest chunks it as
+    # it was built (the same spans, no paths) instead of refusing, and the chunks say @1.
+    from toolkit.chunking import chunker_for_version
+
+    current = get_chunker(spec)
+    recorded = current.version.rsplit("@", 1)[0] + "@1"
+    before = chunker_for_version(spec, recorded)
+    assert before.version == recorded and current.version.endswith("@2")
+    old_chunks, plain = before.chunk(MARKDOWN, "guide.md"), current.chunk(MARKDOWN, "guide.txt")
+    assert [(c.start, c.end, c.heading_path) for c in old_chunks] == [(c.start, c.end, ()) for c in plain]
+    assert {c.chunker_version for c in old_chunks} == {recorded}
+    # The version of this toolkit, and one no toolkit made, are returned as they are (the caller refuses a mix).
+    assert chunker_for_version(spec, current.version).version == current.version
+    assert chunker_for_version(spec, current.version.rsplit("@", 1)[0] + "@7").version == current.version
+
+
 # --- a rolled-back version ---------------------------------------------------------------------------------------
 
 

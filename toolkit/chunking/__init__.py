@@ -18,6 +18,7 @@ __all__ = [
     "Chunk",
     "Chunker",
     "Spec",
+    "chunker_for_version",
     "compose_embed_text",
     "get_chunker",
     "parse_spec",
@@ -47,3 +48,17 @@ def get_chunker(spec: str, *, embedder=None, tokenizer=None):
         # Parents are returned to the LLM, never embedded: the model's input limit is not theirs.
         parent.max_tokens = None
     return SmallToBigChunker(parsed, child, parent, window)
+
+
+def chunker_for_version(spec: str, recorded: str, *, embedder=None, tokenizer=None):
+    """The chunker for ``spec`` that chunks as ``recorded`` (a version's stored chunker version) when this toolkit
+    still can: a version built before every strategy recorded heading paths (``…@1``; the strategies without their
+    own heading reader are at 2 now) keeps receiving writes chunked as it was built, instead of refusing them. Any
+    other difference is returned as is (the caller refuses the mix)."""
+    chunker = get_chunker(spec, embedder=embedder, tokenizer=tokenizer)
+    if chunker.version != recorded and recorded == chunker.version.rsplit("@", 1)[0] + "@1":
+        for part in (chunker, getattr(chunker, "child", None), getattr(chunker, "parent", None)):
+            if getattr(part, "own_headings", True) is False and part.algorithm_version == 2:
+                part.algorithm_version = 1  # the instance's: as it chunked before the heading outline
+                part.own_headings = True  # no outline read: no path attached (toolkit.chunking.base.attach_headings)
+    return chunker

@@ -89,10 +89,11 @@ class LiveVersion:
     @property
     def chunker(self):
         if self._chunker is None:
-            from toolkit.chunking import get_chunker
+            from toolkit.chunking import chunker_for_version
 
-            # The embedder bounds chunks by the model's own input limit, counted with its own tokenizer.
-            chunker = get_chunker(self.chunker_spec, embedder=self.embedder)
+            # The embedder bounds chunks by the model's own input limit, counted with its own tokenizer. A version
+            # built by an earlier algorithm this toolkit still has is chunked as it was built.
+            chunker = chunker_for_version(self.chunker_spec, self.chunker_version, embedder=self.embedder)
             if chunker.version != self.chunker_version:
                 raise StateError(
                     f"Version {self.version} was chunked with {self.chunker_version}, but this toolkit's "
