@@ -35,7 +35,8 @@ class Overview:
         }
 
     def version_rows(self) -> list[dict]:
-        """One dict per version, with its ``verification`` (current, stale, failed or -)."""
+        """One dict per version, with its ``verification`` (current, stale, rolled back, failed or -: SQL's
+        toolkit.version_verification)."""
         return [{**asdict(v), "verification": v.verification} for v in self.versions]
 
 
