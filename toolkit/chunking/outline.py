@@ -38,9 +38,9 @@ def source_format(doc_id: str | None) -> str | None:
 def heading_outline(text: str, file_format: str | None) -> Outline | None:
     """The outline of a Markdown or HTML text (None for other formats, or when the text has no heading)."""
     if file_format == "markdown":
-        from toolkit.chunking.markdown import parse_sections
+        from toolkit.chunking.markdown_sections import parse_sections
     elif file_format == "html":
-        from toolkit.chunking.html import parse_sections
+        from toolkit.chunking.html_sections import parse_sections
     else:
         return None
     sections, _ = parse_sections(text)
