@@ -25,7 +25,9 @@ class DeletionReport:
     dry_run: bool
     doc_ids: list[str] = field(default_factory=list)
     removed: list[Removed] = field(default_factory=list)
-    cached_vectors_forgotten: int = 0  # this user's embedding cache (TOOLKIT_EMBEDDING_CACHE), when it has one
+    # Vectors forgotten in this user's embedding cache (TOOLKIT_EMBEDDING_CACHE), when it has one; None when the
+    # caller may not read the chunks to tell which (docs/deleting.md: toolkit cache purge).
+    cached_vectors_forgotten: int | None = 0
 
     @property
     def rows(self) -> int:
@@ -51,7 +53,7 @@ def delete_documents(
     ids = sorted(set(doc_ids))
     if not ids:
         raise InputError("Name one or more documents to delete (their doc ids, as toolkit show lists them).")
-    embedded = None if dry_run else _embedded_chunks(conn, tenant, ids)
+    embedded = [] if dry_run else _embedded_chunks(conn, tenant, ids)
     removed = run_delete_documents(conn, tenant, ids, dry_run, reason)
     return DeletionReport("delete", tenant, dry_run, ids, removed, _forget(embedded))
 
@@ -62,22 +64,24 @@ def erase_tenant(
     """Erases ``tenant``: its documents, its rows in every live version, its logged questions and the logins'
     bindings to it, in one transaction (the deployer's or the owner's right). A tenant of which nothing is stored is
     refused. With ``dry_run`` nothing changes and the counts say what would go."""
-    embedded = None if dry_run else _embedded_chunks(conn, tenant, None)
+    embedded = [] if dry_run else _embedded_chunks(conn, tenant, None)
     removed = run_erase_tenant(conn, tenant, dry_run, reason)
     return DeletionReport("erase", tenant, dry_run, [], removed, _forget(embedded))
 
 
 def _embedded_chunks(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[str] | None:
     """What the embedding cache knows the chunks to be deleted by (their embedded texts) in every live version, read
-    before the delete. None when this user has no cache (nothing to read)."""
+    before the delete: [] when this user has no cache (nothing to forget), None when the caller may not read them."""
     from toolkit.embedding.cache import cache_exists
 
     if not cache_exists():
-        return None
+        return []
     return embedded_texts(conn, tenant, doc_ids)
 
 
-def _forget(embedded: list[str] | None) -> int:
+def _forget(embedded: list[str] | None) -> int | None:
     from toolkit.embedding.cache import forget_texts
 
+    if embedded is None:
+        return None
     return forget_texts(embedded) if embedded else 0

@@ -24,6 +24,11 @@ def _print_deletion(report, output_format: str) -> None:
         say(f"Removed {plural(report.rows, 'row')} of {what} in one transaction (audited in toolkit.deletions).")
         if report.cached_vectors_forgotten:
             say(f"Forgot {plural(report.cached_vectors_forgotten, 'vector')} of them in this user's embedding cache.")
+        elif report.cached_vectors_forgotten is None:
+            say(
+                "This role may not read the chunks, so their vectors in this user's embedding cache were not "
+                "forgotten: run toolkit cache purge (docs/deleting.md)."
+            )
 
 
 @click.command(short_help="Delete documents of a tenant from every version and the query log (dry run by default).")

@@ -44,22 +44,26 @@ def run_erase_tenant(conn: psycopg.Connection, tenant: str, dry_run: bool, reaso
     )
 
 
-def embedded_texts(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[str]:
+def embedded_texts(conn: psycopg.Connection, tenant: str, doc_ids: list[str] | None) -> list[str] | None:
     """What backfill gave the model for ``tenant``'s chunks (of ``doc_ids``, or all) in every live version
-    (``compose_embed_text`` of each row): what the embedding cache keys their vectors by. Read as the tenant
-    (row-level security applies)."""
+    (``compose_embed_text`` of each row): what the embedding cache keys their vectors by. Read as the tenant, with the
+    caller's own rights (row-level security applies); None when the caller may not read them (a deployer erasing a
+    tenant: the deletion itself still runs, or refuses, as the caller's rights say)."""
     from psycopg import sql
 
     from toolkit.chunking.document import compose_embed_text
 
     rows: list[tuple] = []
-    with translate_errors(), conn.transaction():
-        conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
-        tables = [table for (table,) in conn.execute("SELECT chunk_table FROM toolkit.live_versions()")]
-        for table in tables:  # qualified and quoted by SQL (toolkit._chunk_table)
-            query = sql.SQL(
-                "SELECT heading_path, context, text FROM {} WHERE tenant = %(tenant)s"
-                " AND (%(ids)s::text[] IS NULL OR doc_id = ANY (%(ids)s::text[]))"
-            ).format(sql.SQL(table))
-            rows += conn.execute(query, {"tenant": tenant, "ids": doc_ids}).fetchall()
+    try:
+        with conn.transaction():  # a savepoint inside the caller's transaction: a refusal here leaves it usable
+            conn.execute("SELECT toolkit.set_tenant(%s)", (tenant,))
+            tables = [table for (table,) in conn.execute("SELECT chunk_table FROM toolkit.live_versions()")]
+            for table in tables:  # qualified and quoted by SQL (toolkit._chunk_table)
+                query = sql.SQL(
+                    "SELECT heading_path, context, text FROM {} WHERE tenant = %(tenant)s"
+                    " AND (%(ids)s::text[] IS NULL OR doc_id = ANY (%(ids)s::text[]))"
+                ).format(sql.SQL(table))
+                rows += conn.execute(query, {"tenant": tenant, "ids": doc_ids}).fetchall()
+    except psycopg.errors.InsufficientPrivilege:
+        return None
     return sorted({compose_embed_text(tuple(path or ()), context or "", text) for path, context, text in rows})
