@@ -17,7 +17,7 @@ from psycopg import errors as pg_errors
 from support import fill_version, insert_test_model, prepared_database
 
 from toolkit import cutover, search
-from toolkit.chunking import get_chunker
+from toolkit.chunking import chunker_for_version, get_chunker
 from toolkit.cli import main
 from toolkit.embedding import get_embedder
 from toolkit.errors import InputError, VersionUnavailableError
@@ -31,15 +31,20 @@ EMBEDDER = get_embedder(f"hashing:{DIMS}")
 QUESTION = "Which policies apply when row security is enabled on a table?"
 
 
+def recorded_chunker(conn, version) -> str:
+    return conn.execute("SELECT chunker_version FROM toolkit.versions WHERE version = %s", (version,)).fetchone()[0]
+
+
 def store_document(conn, version, tenant, doc_id, text, spec, *, labels=(), updated_at=None) -> list:
-    """Chunks ``text`` with ``spec`` and stores every chunk (parents without an embedding) for ``tenant``.
+    """Chunks ``text`` with ``spec`` as the version records it (``…@1``: chunked as then, toolkit.chunking's
+    chunker_for_version) and stores every chunk (parents without an embedding) for ``tenant``.
 
     Parent ids get a ``p-`` prefix: a section short enough to be one child has the child's id too."""
     chunks = [
         dataclasses.replace(c, chunk_id="p-" + c.chunk_id)
         if c.is_parent
         else dataclasses.replace(c, parent_id=c.parent_id and "p-" + c.parent_id)
-        for c in get_chunker(spec).chunk(text, doc_id)
+        for c in chunker_for_version(spec, recorded_chunker(conn, version)).chunk(text, doc_id)
     ]
     children = [c for c in chunks if not c.is_parent]
     vectors = dict(
