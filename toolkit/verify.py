@@ -151,11 +151,17 @@ def _embeddings(
         if progress is not None:
             progress.advance(len(questions))
         return done[id(embedder)][1]
-    vectors = []
-    for question in questions:
-        vectors.append([float(x) for x in embedder.embed_query(question)])
+    labelled = getattr(embedder, "embed_labelled_queries", None)  # a cached local model: the labelled set's file
+    if labelled is not None:
+        vectors = [[float(x) for x in vector] for vector in labelled(questions)]
         if progress is not None:
-            progress.advance(1)
+            progress.advance(len(questions))
+    else:
+        vectors = []
+        for question in questions:
+            vectors.append([float(x) for x in embedder.embed_query(question)])
+            if progress is not None:
+                progress.advance(1)
     done[id(embedder)] = (embedder, vectors)
     return vectors
 

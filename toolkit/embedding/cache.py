@@ -15,8 +15,8 @@ group or others may write, is refused (like ssh's StrictModes). Each entry carri
 key, vector) with the signing key, which lives outside the cache: an entry that does not verify (planted, altered,
 or from another user's cache) is never used, and is recomputed. The questions searched (search, serve, shadow:
 `CachedEmbedder`) are never written to disk: a question's key is a record of what was asked, and embedding one
-question costs milliseconds. Only an evaluation's labelled queries, the operator's own file, are cached with its
-documents. `purge` empties a cache; `forget_texts` removes given texts' entries (an erase).
+question costs milliseconds. Only the labelled queries of an evaluation or a verification, the operator's own file,
+are cached with its documents. `purge` empties a cache; `forget_texts` removes given texts' entries (an erase).
 """
 
 from __future__ import annotations
@@ -318,6 +318,11 @@ class CachedEmbedder:
         # Never through the disk cache: a question's key would be a record of what was asked (and the cache holds
         # no questions, so none planted there can steer a search).
         return self._embedder.embed_query(text)
+
+    def embed_labelled_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """The queries of a labelled set (``toolkit verify``'s file, the operator's own, as ``toolkit eval``'s):
+        through the cache, as eval's are. Never a searched question."""
+        return self._cache.embed_queries(self._embedder, texts)
 
 
 _SHARED: dict[str, EmbeddingCache] = {}
