@@ -63,11 +63,10 @@ from toolkit.errors import (
     VersionUnavailableError,
 )
 from toolkit.integrations._core import ConnectionPool
-from toolkit.validation import MAX_ARGUMENT_CHARS
+from toolkit.validation import MAX_ARGUMENT_CHARS, MAX_JSON_DEPTH
 
 MAX_BODY_BYTES = 256 * 1024
 MAX_HEAD_BYTES = 16 * 1024  # the request line and headers
-MAX_JSON_DEPTH = 32  # arrays and objects inside each other in a body (the deepest legal body has 4)
 HEAD_TIMEOUT = 5.0  # seconds from the connection (or the previous answer) until a request head is complete
 BODY_TIMEOUT = 10.0  # seconds for the body once its head is in
 MAX_CONNECTIONS = 1024  # open sockets; beyond, the one waiting longest for a head is closed
