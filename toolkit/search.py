@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import psycopg
-from psycopg.types.json import Jsonb
 
 from toolkit import validation
 from toolkit.errors import InputError, ModelMismatchError, StateError
@@ -304,16 +303,21 @@ def search(
         )
 
     started = time.perf_counter()
-    params = {
-        "q": vector,
+    request = {
+        "query_text": query_text,
+        "query_embedding": vector,
         "k": k,
-        "filters": Jsonb(filters or {}),
+        "retrieval": retrieval,
+        "expand": expand,
+        "filters": filters or {},
         "model": query_model,
         "version": version,
+        "max_tokens": max_tokens,
         "min_score": None if min_score is None else float(min_score),
         "diversity": float(diversity),
+        "ef_search": ef_search,
     }
-    rows = run_search(conn, retrieval, expand, query_text, max_tokens, params, tenant, principals, role, ef_search)
+    rows = run_search(conn, request, tenant, principals, role)
     hits = [_hit(row) for row in rows]
     if log and question is not None:
         log_query(conn, tenant, question, hits, k, (time.perf_counter() - started) * 1000, request_key, role)

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
@@ -64,24 +65,53 @@ def adapt_vectors(conn: psycopg.Connection) -> None:
             register_vector(conn)
 
 
+# The fields of one search request, named as SQL's request names them (toolkit.search_request). search() fills
+# every one; None (or the field's default) leaves SQL's default.
+REQUEST_FIELDS = (
+    "query_text",
+    "query_embedding",
+    "k",
+    "retrieval",
+    "expand",
+    "filters",
+    "model",
+    "version",
+    "max_tokens",
+    "min_score",
+    "diversity",
+    "ef_search",
+)
+
+
 def run_search(
     conn: psycopg.Connection,
-    retrieval: str,
-    expand: str | None,
-    query_text: str | None,
-    max_tokens: int | None,
-    params: dict,
+    request: dict,
     tenant: str,
     principals: Sequence[str] | None,
     role: str | None = READER_ROLE,
-    ef_search: int | None = None,
 ) -> list[dict]:
-    """The rows of the search function ``retrieval`` (or ``search_context`` when ``expand``), as ``role`` in
-    ``tenant`` with ``principals``; ``ef_search`` sets hnsw.ef_search for the call."""
+    """The rows of one search ``request`` (a dict of REQUEST_FIELDS), as ``role`` in ``tenant`` with
+    ``principals``."""
+    unknown = set(request) - set(REQUEST_FIELDS)
+    if unknown:
+        raise InputError(f"Unknown search request field {sorted(unknown)[0]!r}.")
+    retrieval, expand = request.get("retrieval") or "passages", request.get("expand")
     # A statement uses the named parameters it names; the others are ignored (small-to-big ranks by full text only
     # when it expands hybrid hits).
-    text = query_text if not expand or retrieval == "hybrid" else None
-    params = {**params, "expand": expand, "text": text, "max_tokens": max_tokens}
+    query_text = request.get("query_text")
+    params = {
+        "q": request["query_embedding"],
+        "k": request.get("k", 5),
+        "filters": Jsonb(request.get("filters") or {}),
+        "model": request.get("model"),
+        "version": request.get("version"),
+        "min_score": request.get("min_score"),
+        "diversity": float(request.get("diversity") or 0.0),
+        "expand": expand,
+        "text": query_text if not expand or retrieval == "hybrid" else None,
+        "max_tokens": request.get("max_tokens"),
+    }
+    ef_search = request.get("ef_search")
     statement = STATEMENTS["expand" if expand else retrieval]
     adapt_vectors(conn)
     with _search_errors(), as_reader(conn, tenant, principals, role):
