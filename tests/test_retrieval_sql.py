@@ -44,9 +44,10 @@ TENANT = "acme"
 K = 5
 
 
-def store(conn, spec: str, alias: str, documents=DOCUMENTS):
+def store(conn, spec: str, alias: str, documents=DOCUMENTS, *, gaps: bool = True):
     """A version of the sample chunked with ``spec`` and embedded with the hashing model, active; returns its
-    chunks (parents included, in the order eval sees them) and the children's vectors."""
+    chunks (parents included, in the order eval sees them) and the children's vectors. ``gaps=False`` writes the
+    rows as the release before 0006 did, without the whitespace before each chunk (gap_before NULL)."""
     version = versions.create_version(conn, alias, spec, get_chunker(spec).version)
     chunker = get_chunker(spec, embedder=EMBEDDER)
     chunks = [c for doc_id, text in documents.items() for c in chunker.chunk(text, doc_id)]
@@ -56,8 +57,8 @@ def store(conn, spec: str, alias: str, documents=DOCUMENTS):
     with conn.cursor() as cur:
         cur.executemany(
             f"INSERT INTO toolkit.chunks_v{int(version)} (tenant, chunk_id, doc_id, parent_id, is_parent, position,"
-            " start_offset, end_offset, heading_path, context, text, content_hash, token_count, embedding)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " start_offset, end_offset, heading_path, context, text, content_hash, token_count, gap_before, embedding)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             [
                 (
                     TENANT,
@@ -73,6 +74,7 @@ def store(conn, spec: str, alias: str, documents=DOCUMENTS):
                     c.text,
                     c.content_hash,
                     c.token_count,
+                    c.gap_before if gaps else None,
                     by_id.get(c.chunk_id),
                 )
                 for c in chunks
@@ -262,15 +264,18 @@ def plain_set():
     return documents, load_queries(PLAIN / "queries.jsonl", documents)
 
 
-@pytest.mark.parametrize("corpus", ["sample", "plain"])
-def test_passages_are_search_passages(conn, make_model, corpus):
+@pytest.mark.parametrize(("corpus", "gaps"), [("sample", True), ("plain", True), ("sample", False)])
+def test_passages_are_search_passages(conn, make_model, corpus, gaps):
     """Passages assembled offline (toolkit.evaluation.retrieval.assemble, the budget from passage_budget) from the
     hybrid hits SQL found are the ones search_passages returns: the same spans, tokens, chunks and order, and the
-    text cut from the document."""
+    text the document's own. With each chunk's gap_before, SQL never reads the document; rows written before chunks
+    kept it (gaps=False) are joined and cut by reading the document, with the same result."""
     documents, queries = (DOCUMENTS, QUERIES) if corpus == "sample" else plain_set()
     make_model("g", DIMS, model_name=str(DIMS))
-    _, children, _ = store(conn, "recursive:128:64", "g", documents)
-    store_documents(conn, documents)
+    _, children, _ = store(conn, "recursive:128:64", "g", documents, gaps=gaps)
+    if not gaps:
+        # Only rows without their gap need the documents: with it, SQL has none to read and still matches.
+        store_documents(conn, documents)
     settings = retrieval_settings(conn)
     by_id = {c.chunk_id: c for c in children}
     budget = passage_budget(K, [c.token_count for c in children], settings["passage_chunks"])

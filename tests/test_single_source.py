@@ -267,15 +267,12 @@ def test_the_search_filter_keys_are_sqls(conn):
 
 
 def test_hits_per_context_is_search_contexts(conn):
-    """The offline evaluation fetches HITS_PER_CONTEXT x k children per small-to-big context, as search_context does."""
+    """The offline evaluation fetches HITS_PER_CONTEXT x k children per small-to-big context, as toolkit.search does
+    for a request with expand."""
     from toolkit.evaluation.report import HITS_PER_CONTEXT
 
-    signatures = conn.execute(
-        "SELECT p.oid::regprocedure::text FROM pg_proc AS p"
-        " WHERE p.pronamespace = 'toolkit'::regnamespace AND p.proname = 'search_context'"
-    ).fetchall()
-    assert len(signatures) == 1
-    found = re.findall(r"least\(k \* (\d+), toolkit\.search_max_k\(\)\)", function_source(conn, signatures[0][0]))
+    source = function_source(conn, "toolkit.search(toolkit.search_request_v1)")
+    found = re.findall(r"WHEN mode IS NOT NULL THEN least\(request\.k \* (\d+), toolkit\.search_max_k\(\)\)", source)
     assert found and {int(n) for n in found} == {HITS_PER_CONTEXT}
 
 

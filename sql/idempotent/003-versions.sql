@@ -304,6 +304,7 @@ BEGIN
         '  embedding %s.%s(%s),'
         '  fts tsvector GENERATED ALWAYS AS (to_tsvector(%L::regconfig, context || '' '' || text)) STORED,'
         '  pages integer[],'
+        '  gap_before text,'
         '  PRIMARY KEY (tenant, chunk_id),'
         '  CHECK (start_offset >= 0 AND end_offset >= start_offset)'
         ')', tbl, toolkit._vector_schema(), storage, dims, text_search_config::text);

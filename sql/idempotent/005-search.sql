@@ -16,7 +16,7 @@ SELECT vector_dims('[1]'::vector) AS library_loaded;
 -- Returns the version a search reads and how to rank it. A search is pinned to the version (or the model alias) its
 -- query was embedded for and reads that version's own table while the version is servable (ready, verified, active
 -- or standby), whatever a cutover does meanwhile; an unpinned search reads the active version. Refuses a query vector
--- that cannot belong to the version: TK002 (retry: re-read serving_model, embed again) for a pinned search whose
+-- that cannot belong to the version (or to any: all zeros, 22023): TK002 (retry: re-read serving_model, embed again) for a pinned search whose
 -- version is no longer servable or whose dimensions differ, TK001 for an unpinned one. chunk_table is
 -- toolkit._chunk_table's (qualified and quoted: a statement takes it with %s).
 -- Definer: reads the versions table, which an application may not read.
@@ -37,6 +37,7 @@ AS $$
 DECLARE
     v record;
     query_dimensions integer;
+    query_norm double precision;
     retry text := 'Re-read SELECT * FROM toolkit.serving_model(), embed the question with that model and search again.';
 BEGIN
     IF declared_version IS NOT NULL THEN
@@ -77,8 +78,16 @@ BEGIN
         END IF;
     END IF;
     IF query_embedding IS NOT NULL THEN
-        EXECUTE format('SELECT %s.vector_dims($1)', toolkit._vector_schema()) INTO query_dimensions
+        EXECUTE format('SELECT %1$s.vector_dims($1), %1$s.vector_norm($1)', toolkit._vector_schema())
+        INTO query_dimensions, query_norm
         USING query_embedding;
+        -- pgvector refuses NaN and infinite values in a vector (22000); an all-zero one it takes, and every cosine
+        -- distance to it would be NaN.
+        IF query_norm = 0 THEN
+            RAISE EXCEPTION 'the query vector is all zeros, so it has no direction to search by'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Embed the question with the version''s model (toolkit.serving_model()) and search with that.';
+        END IF;
         IF query_dimensions <> v.dimensions THEN
             -- TK001 / TK002 are the toolkit's own SQLSTATEs: Python raises ModelMismatchError /
             -- VersionUnavailableError for them.
@@ -506,113 +515,6 @@ AS $$
     SELECT format('(1 - (%s OPERATOR(%s.<=>) %s))', left_side,
         substring(distance_sql FROM 'OPERATOR\((.*)\.[^.]+\)'),
         coalesce(right_side, substring(distance_sql FROM '(\$1::.*)$')))
-$$;
-
--- Vector top-k for the transaction's tenant, with optional filters (jsonb), pinned to query_version (or to the
--- servable version of query_model; unpinned: the active version). Iterative index scans keep going until k rows
--- pass the filters and row-level security. min_score (a cosine similarity, NULL: none) drops the hits below it from
--- the k (it never brings in others); diversity (MMR lambda, 0: off) takes the k from the _mmr_candidates(k) nearest
--- in MMR order (rank: that order; score and distance: each hit's own).
-CREATE OR REPLACE FUNCTION toolkit.search_chunks(
-    query_embedding vector,
-    k integer DEFAULT 10,
-    filters jsonb DEFAULT '{}',
-    query_model text DEFAULT NULL,
-    query_version integer DEFAULT NULL,
-    min_score double precision DEFAULT NULL,
-    diversity double precision DEFAULT 0
-)
-RETURNS TABLE (
-    rank integer,
-    score double precision,
-    distance double precision,
-    chunk_id text,
-    doc_id text,
-    parent_id text,
-    "position" integer,  -- noqa: RF06
-    start_offset integer,
-    end_offset integer,
-    heading_path text[],
-    text text,
-    version integer,
-    model_alias text,
-    pages integer[]
-)
-LANGUAGE plpgsql
-STABLE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-SET "hnsw.iterative_scan" = relaxed_order
-AS $$
-DECLARE
-    tenant text := toolkit._search_tenant();
-    target record;
-    f record;
-    nearest_sql text;
-BEGIN
-    IF query_embedding IS NULL THEN
-        RAISE EXCEPTION 'the query embedding is NULL' USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM toolkit._check_k(k);
-    IF min_score IS NOT NULL OR diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
-        PERFORM toolkit._check_search_options(min_score, diversity, true);
-    END IF;
-    SELECT * INTO target FROM toolkit._search_target(query_embedding, search_chunks.query_model, query_version);
-    f := toolkit._search_filter_values(filters);
-    -- The nearest rows ($14 of them: k, or MMR's candidates), with their cosine similarity when an option needs it.
-    -- relaxed_order may return rows slightly out of order: the outer query sorts them again. Ties in distance
-    -- are broken by chunk id inside the LIMIT too (an incremental sort above the index scan), so which of
-    -- several equally distant rows make the k is decided, not left to the scan.
-    nearest_sql := format(
-        'SELECT %1$s AS distance, %3$s AS similarity, c.chunk_id, c.doc_id, c.parent_id, c.position, c.start_offset,'
-        ' c.end_offset, c.heading_path, c.text, c.pages%4$s FROM %2$s AS c'
-        ' WHERE c.tenant = $3 AND NOT c.is_parent AND %5$s'
-        ' ORDER BY %1$s, c.chunk_id LIMIT $14',
-        target.distance_sql, target.chunk_table,
-        CASE WHEN min_score IS NULL AND diversity = 0 THEN 'NULL::float8'
-            ELSE toolkit._search_cosine_sql(target.distance_sql, 'c.embedding') END,
-        CASE WHEN diversity > 0 THEN ', c.embedding' ELSE '' END,
-        toolkit._search_filter_condition());
-    BEGIN
-        IF diversity = 0 THEN
-            RETURN QUERY EXECUTE format(
-                'SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer,'
-                ' CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance, h.chunk_id,'
-                ' h.doc_id, h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text, $4, $11,'
-                ' h.pages'
-                ' FROM (%1$s) AS h'
-                ' WHERE ($12::float8 IS NULL OR h.similarity >= $12)'
-                ' ORDER BY h.distance, h.chunk_id',
-                nearest_sql, target.distance)
-            USING query_embedding, k, tenant, target.version,
-                f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-                target.model_alias, min_score, diversity, k;
-        ELSE
-            RETURN QUERY EXECUTE format(
-                'WITH h AS MATERIALIZED (%1$s),'
-                ' kept AS MATERIALIZED (SELECT (row_number() OVER (ORDER BY h.distance, h.chunk_id))::integer AS i,'
-                '  h.* FROM h WHERE ($12::float8 IS NULL OR h.similarity >= $12)),'
-                ' picked AS (SELECT o.i, o.n FROM unnest(toolkit._mmr_order('
-                '  ARRAY(SELECT x.similarity FROM kept AS x ORDER BY x.i),'
-                '  ARRAY(SELECT %3$s FROM kept AS a CROSS JOIN kept AS b ORDER BY a.i, b.i),'
-                '  $2, $13)) WITH ORDINALITY AS o (i, n))'
-                ' SELECT o.n::integer, CASE %2$L WHEN ''cosine'' THEN 1 - h.distance ELSE -h.distance END, h.distance,'
-                '  h.chunk_id, h.doc_id, h.parent_id, h.position, h.start_offset, h.end_offset, h.heading_path, h.text,'
-                '  $4, $11, h.pages'
-                ' FROM picked AS o INNER JOIN kept AS h ON h.i = o.i'
-                ' ORDER BY o.n',
-                nearest_sql, target.distance, toolkit._search_cosine_sql(target.distance_sql, 'a.embedding', 'b.embedding'))
-            USING query_embedding, k, tenant, target.version,
-                f.doc_ids, f.doc_id_prefixes, f.heading_prefix, f.updated_after, f.updated_before, f.labels,
-                target.model_alias, min_score, diversity, toolkit._mmr_candidates(k);
-        END IF;
-        IF NOT FOUND AND f.heading_prefix IS NOT NULL THEN
-            PERFORM toolkit._heading_filter_unmatchable(target.version, target.chunk_table, tenant);
-        END IF;
-    EXCEPTION WHEN undefined_table THEN
-        PERFORM toolkit._version_gone(target.version);
-    END;
-END
 $$;
 
 SELECT set_config('search_path', current_setting('toolkit.saved_search_path'), TRUE) AS search_path;

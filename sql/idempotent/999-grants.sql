@@ -44,6 +44,17 @@ toolkit.search_chunks,
 toolkit.hybrid_search_chunks,
 toolkit.search_context,
 toolkit.search_passages,
+toolkit.search,
+toolkit.search_request,
+toolkit._search_stage_filters,
+toolkit._search_stage_vector_hits,
+toolkit._search_stage_text_hits,
+toolkit._search_stage_fusion,
+toolkit._search_stage_rows,
+toolkit._search_stage_mmr,
+toolkit._search_stage_chunks,
+toolkit._search_stage_contexts,
+toolkit._search_stage_passages,
 toolkit._spans_touch,
 toolkit._passage_tokens,
 toolkit._search_target,
@@ -84,7 +95,8 @@ TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- A service role's full-text reads: every label set of the tenant, as the policies show the writer (and the owner).
 GRANT EXECUTE ON FUNCTION toolkit._read_term_stats_service, toolkit._read_postings_service TO toolkit_writer;
--- search_passages cuts a passage's text from its document (row-level security and access labels apply).
+-- A passage of chunk rows written before they kept their gap_before is cut from its document (row-level security
+-- and access labels apply).
 -- The metadata filters (metadata.key=value) find the documents they match, as the caller.
 GRANT SELECT (tenant, doc_id, title, raw_text, metadata, access_labels, updated_at) ON toolkit.documents TO toolkit_reader;
 GRANT SELECT ON toolkit.document_metadata_keys TO toolkit_reader, toolkit_writer, toolkit_deployer;

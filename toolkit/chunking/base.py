@@ -220,6 +220,22 @@ def chunk_id(doc_id: str | None, start: int, end: int, text: str, encoded: bytes
     return key.hexdigest()[:32]
 
 
+# What a passage may hold between two chunks and still be one (toolkit._spans_touch; toolkit.evaluation.retrieval).
+_WHITESPACE = " \t\n\r\f\v"
+# The longest gap a chunk row keeps (SQL's migration of earlier rows keeps the same).
+MAX_GAP = 4096
+
+
+def gap_before(text: str, start: int) -> str | None:
+    """The whitespace right before ``start`` in ``text`` (ASCII, as SQL counts it), None when MAX_GAP or longer."""
+    i = start
+    limit = max(start - MAX_GAP, 0)
+    while i > limit and text[i - 1] in _WHITESPACE:
+        i -= 1
+    gap = text[i:start]
+    return None if len(gap) >= MAX_GAP else gap
+
+
 def build_chunks(
     document: Document,
     spans: list[Span] | list[tuple[Span, int]],
@@ -290,6 +306,7 @@ def build_chunks(
             is_parent=False,
             context=span.context,
             atomic=span.atomic,
+            gap_before=gap_before(text, start),
         )
         chunks.append(chunk)
     return chunks

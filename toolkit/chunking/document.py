@@ -34,6 +34,9 @@ class Chunk:
     # True when the chunk is one indivisible unit (a code block, a table row, a sentence) that is
     # larger than the budget on its own; the budget is the only rule such a chunk may break.
     atomic: bool = False
+    # The whitespace before the chunk in its document, back to the previous other character (None when 4,096
+    # characters or more): a search decides from it whether two hits touch and stitches a passage from its chunks.
+    gap_before: str | None = ""
 
     @property
     def embed_text(self) -> str:

@@ -32,6 +32,7 @@ CHUNK_COLUMNS = (
     "token_count",
     "access_labels",
     "pages",
+    "gap_before",
     "embedding",
 )
 _COPY_TYPES = [
@@ -50,6 +51,7 @@ _COPY_TYPES = [
     "int4",
     "text[]",
     "int4[]",
+    "text",
 ]
 
 
@@ -172,6 +174,7 @@ def chunk_row(tenant: str, doc_id: str, chunk, labels: list[str], vector, pages=
         chunk.token_count,
         labels,
         pages_of_span(pages, chunk.start, chunk.end),
+        chunk.gap_before,
         vector,
     )
 
