@@ -72,13 +72,15 @@ def made_up_word(rng: np.random.Generator) -> str:
     return "".join(rng.choice(syllables, size=int(rng.integers(3, 5))))
 
 
-def questions(rng: np.random.Generator, chunks: list[dict], count: int) -> list[str]:
+def questions(rng: np.random.Generator, chunks: list[dict], count: int, labelled_count: int | None = None) -> list[str]:
     from toolkit.evaluation.queries import SAMPLE_QUERIES, load_queries, read_sample_documents
 
     plain = ROOT / "bench" / "data" / "plain"
     plain_docs = {p.name: p.read_text(encoding="utf-8") for p in sorted((plain / "docs").iterdir()) if p.is_file()}
     labelled = [q.query for q in load_queries(SAMPLE_QUERIES, read_sample_documents())]
     labelled += [q.query for q in load_queries(plain / "queries.jsonl", plain_docs)]
+    if labelled_count is not None and labelled_count < len(labelled):  # evenly spread over both sets
+        labelled = [labelled[i * len(labelled) // labelled_count] for i in range(labelled_count)]
     made = []
     for index in rng.choice(len(chunks), size=count, replace=False):
         chunk = chunks[int(index)]
@@ -117,6 +119,7 @@ def corpus(
                     "text": text,
                     "tokens": int(len(text.split()) * 1.3) + 1,
                     "rare": rare[0],
+                    "gap": "\n\n" if position else "",  # the whitespace before it in its document
                 }
             )
             offset += len(text) + 2
@@ -133,6 +136,7 @@ class Served:
         seed: int,
         options: bool = False,
         per_document: int = CHUNKS_PER_DOCUMENT,
+        labelled: int | None = None,
     ):
         self.sizes, self.made_questions, self.rounds, self.cold, self.seed = (
             sizes,
@@ -143,6 +147,7 @@ class Served:
         )
         self.options = options  # also time the search options (min_score, diversity), interleaved with the rest
         self.per_document = per_document
+        self.labelled = labelled  # how many of the labelled questions (None: all)
         self.results: dict = {"sizes": {}}
 
     # -- server --------------------------------------------------------------------------------------------
@@ -215,11 +220,21 @@ class Served:
         if not postings:
             conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
         columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
+        types = ["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4"]
+        # Where chunk rows keep the whitespace before them (issue 36), as ingest writes it: without it a search
+        # cuts passages from the document's text (the path of rows written before).
+        gaps = conn.execute(
+            "SELECT count(*) > 0 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'gap_before'"
+            " AND NOT attisdropped",
+            (table,),
+        ).fetchone()[0]
+        if gaps:
+            columns, types = columns + ", gap_before", [*types, "text"]
         started = time.perf_counter()
         for start in range(0, len(rows), BATCH):
             copying = f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)"
             with conn.transaction(), conn.cursor() as cur, cur.copy(copying) as copy:
-                copy.set_types(["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4", "vector"])
+                copy.set_types([*types, "vector"])
                 for i in range(start, min(len(rows), start + BATCH)):
                     c = rows[i]
                     copy.write_row(
@@ -233,6 +248,7 @@ class Served:
                             c["text"],
                             "h",
                             c["tokens"],
+                            *([c["gap"]] if gaps else []),
                             vectors[i],
                         )
                     )
@@ -364,15 +380,13 @@ class Served:
 
     def text_plan(self, v: int, question: str) -> dict:
         """Postings read per question: the chosen lexemes' df, or the limit (the rarest lexeme's first chunks)."""
-        with self.owner.transaction():
-            self.owner.execute("SET LOCAL ROLE toolkit_reader")
-            self.owner.execute("SELECT toolkit.set_tenant(%s)", (TENANT,))
-            stats = self.owner.execute("SELECT toolkit._statistics_table(%s)", (v,)).fetchone()[0]
-            rows = self.owner.execute(
-                f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.tenant = %s"
-                " AND s.lexeme = ANY (toolkit.query_lexemes('english', %s)) GROUP BY 1 HAVING sum(s.df) > 0",
-                (TENANT, question),
-            ).fetchall()
+        # As the owner: no role below it may read term_stats_vN (011-lexical.sql); the tenant is in the WHERE.
+        stats = self.owner.execute("SELECT toolkit._statistics_table(%s)", (v,)).fetchone()[0]
+        rows = self.owner.execute(
+            f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.tenant = %s"
+            " AND s.lexeme = ANY (toolkit.query_lexemes('english', %s)) GROUP BY 1 HAVING sum(s.df) > 0",
+            (TENANT, question),
+        ).fetchall()
         limit = self.owner.execute("SELECT postings_limit FROM toolkit.retrieval_settings()").fetchone()[0]
         dfs = sorted(int(r[1]) for r in rows)
         read, chosen = 0, 0
@@ -420,7 +434,7 @@ class Served:
                 self.store_documents(documents)
                 self.finish_version(info)
                 result["sizes"] = self.sizes_of(info["version"])
-                qs = questions(rng, rows, self.made_questions)
+                qs = questions(rng, rows, self.made_questions, self.labelled)
                 qv = np.asarray([self.embedder.embed_query(q) for q in qs], dtype=np.float32)
                 plans = [self.text_plan(info["version"], q) for q in qs]
                 result["postings_read"] = percentiles([p["read"] for p in plans])
@@ -579,7 +593,15 @@ def main(argv: list[str] | None = None) -> None:
         default=CHUNKS_PER_DOCUMENT,
         help=f"longer documents (default {CHUNKS_PER_DOCUMENT}; printed, not for --write)",
     )
+    parser.add_argument(
+        "--labelled-questions",
+        type=int,
+        default=None,
+        help="use this many of the labelled questions, evenly spread (default all; printed, not for --write)",
+    )
     args = parser.parse_args(argv)
+    if args.labelled_questions is not None and args.write:
+        parser.error("the section describes every labelled question: run --labelled-questions without --write")
     if args.options and args.write:
         parser.error("--options adds rows the section does not describe: run it without --write")
     if args.chunks_per_document != CHUNKS_PER_DOCUMENT and args.write:
@@ -588,7 +610,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--chunks-per-document must be 1 or more")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     results = Served(
-        sizes, args.made_questions, args.rounds, args.cold, args.seed, args.options, args.chunks_per_document
+        sizes,
+        args.made_questions,
+        args.rounds,
+        args.cold,
+        args.seed,
+        args.options,
+        args.chunks_per_document,
+        args.labelled_questions,
     ).run()
     command = ".venv/bin/python bench/search.py --served" + (
         f" --sizes {args.sizes}" if args.sizes != "10000,100000" else ""
