@@ -319,6 +319,10 @@ ROWS = [
     row("search", "--ef-search", f"{SEARCH} --ef-search {{}}", number()),
     row("search", "--request-key", f"{SEARCH} --request-key {{}}", named(READ)),
     row("search", "--version", f"{SEARCH} --version {{}}", number()),
+    # a question is embedded with the serving model: any other alias is refused by the library (a model mismatch)
+    row("search", "--query-model", f"{SEARCH} --query-model {{}}", named(REFUSED)),
+    # the text full-text ranking searches for: any text reads
+    row("search", "--query-text", f"{SEARCH} --query-text {{}}", named(READ)),
     # shadow (replays questions on version 1 and the candidate, version 2; reads only)
     row("shadow", "--model", "shadow --queries {queries} --model {}", NOT_A_MODEL),
     row("shadow", "--chunker", "shadow --queries {queries} --model h --chunker {}", named(REFUSED)),

@@ -42,6 +42,7 @@ RUN_HERE = [
     (ROOT / "README.md", "from toolkit.search import search"),
     (PAGE, "from toolkit.integrations.langchain import"),
     (PAGE, "from toolkit.integrations.llamaindex import"),
+    (PAGE, "from toolkit.api import SearchOptions"),
 ]
 
 
@@ -139,6 +140,17 @@ def test_the_llamaindex_example_runs_as_written(reader_url):
     finally:
         namespace["retriever"].close()
         namespace["english"].close()
+
+
+def test_the_search_options_example_runs_as_written(reader_url):
+    """The options as a record and as keywords search alike: three chunks (vector), of the English chapter only."""
+    from toolkit.db.connection import connect
+
+    with connect(reader_url, autocommit=True) as conn:
+        namespace = run(PAGE, "from toolkit.api import SearchOptions", conn=conn)
+    hits, same = namespace["hits"], namespace["same"]
+    assert len(hits) == 3 and {hit.kind for hit in hits} == {"chunk"} and {hit.doc_id for hit in hits} == {ENGLISH}
+    assert [(h.doc_id, h.start, h.end) for h in hits] == [(h.doc_id, h.start, h.end) for h in same]
 
 
 def test_the_record_fields_docs_python_names_exist():

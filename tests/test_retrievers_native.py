@@ -112,9 +112,11 @@ def test_langchain_refuses_what_it_does_not_know(library):
     reader = library[1]
     with pytest.raises(InputError, match=r"no argument 'tenent' \(did you mean 'tenant'\?\)"):
         LangChainRetriever(database_url=reader, tenant="acme", tenent="globex")
-    # A search() option given to the constructor: refused, naming where it goes (it was ignored: passages came back).
-    with pytest.raises(InputError, match=r"'retrieval' is an option of the search.*search_kwargs=\{'retrieval'"):
-        LangChainRetriever(database_url=reader, tenant="acme", retrieval="vector")
+    # A search option is a field, checked when the retriever is made (SearchOptions' own sentence).
+    with pytest.raises(InputError, match=r"The retrieval 'vectors' is not one of passages, hybrid, vector"):
+        LangChainRetriever(database_url=reader, tenant="acme", retrieval="vectors")
+    with pytest.raises(InputError, match=r"max_tokens is the passages' token budget"):
+        LangChainRetriever(database_url=reader, tenant="acme", retrieval="vector", max_tokens=100)
     with pytest.raises(InputError, match=r"search_kwargs has no argument 'kk' \(did you mean 'k'\?\)"):
         LangChainRetriever(database_url=reader, tenant="acme", search_kwargs={"kk": 2})
     # Another store's name for a toolkit setting: refused, naming the toolkit's.
@@ -130,6 +132,28 @@ def test_langchain_refuses_what_it_does_not_know(library):
             retriever.invoke(QUESTION, filter={"lang": {"$in": []}})
     finally:
         retriever.close()
+
+
+def test_every_search_option_is_a_field_and_vector_returns_chunks(library, expected):
+    """retrieval="vector" given to either constructor returns chunks (it was accepted and returned passages), and
+    retrieval and max_tokens reach the search from the constructor, as search() answers them."""
+    reader = library[1]
+    langchain = LangChainRetriever(database_url=reader, tenant="acme", k=3, retrieval="vector")
+    llamaindex = LlamaIndexRetriever(reader, tenant="acme", k=3, retrieval="vector")
+    budget = LangChainRetriever(database_url=reader, tenant="acme", k=5, max_tokens=60)
+    try:
+        chunks = expected(3, retrieval="vector")
+        assert chunks and {kind for *_, kind in chunks} == {"chunk"}
+        assert documents(langchain.invoke(QUESTION)) == chunks
+        assert spans_of(llamaindex.retrieve(QUESTION)) == chunks
+        assert documents(budget.invoke(QUESTION)) == expected(5, max_tokens=60) != expected(5)
+        # Per call, the other retrievals: hybrid chunks, and passages again.
+        assert documents(langchain.invoke(QUESTION, retrieval="hybrid")) == expected(3, retrieval="hybrid")
+        assert spans_of(llamaindex.with_options(retrieval="passages").retrieve(QUESTION)) == expected(3)
+    finally:
+        langchain.close()
+        llamaindex.close()
+        budget.close()
 
 
 def test_in_on_a_metadata_key_is_any_of_its_values(library, expected):

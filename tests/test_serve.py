@@ -108,6 +108,24 @@ def test_search_takes_metadata_filters_min_score_and_diversity(server_url, datab
     assert as_object.json() == expected
 
 
+def test_search_takes_retrieval_and_max_tokens(server_url, database_url, versions):
+    """/search takes every SearchOptions field: retrieval and max_tokens answer as `toolkit search` does."""
+    for body, options in [
+        ({"retrieval": "vector"}, ["--retrieval", "vector"]),
+        ({"retrieval": "hybrid", "expand": "window:1"}, ["--retrieval", "hybrid", "--expand", "window:1"]),
+        ({"max_tokens": 200}, ["--max-tokens", "200"]),
+    ]:
+        printed = cli(database_url, "search", QUESTION, "--tenant", TENANT, "-k", "4", *options, "--format", "json")
+        expected = json.loads(printed.stdout)
+        answer = httpx.post(f"{server_url}/search", json={"question": QUESTION, "tenant": TENANT, "k": 4, **body})
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == expected and expected, body
+    kinds = {hit["kind"] for hit in expected}
+    assert kinds == {"passage"}
+    vector = httpx.post(f"{server_url}/search", json={"question": QUESTION, "tenant": TENANT, "retrieval": "vector"})
+    assert {hit["kind"] for hit in vector.json()} == {"chunk"}
+
+
 def test_embeddings_are_openai_compatible_with_the_prefix_once(server_url, database_url, conn, versions):
     import openai
 
@@ -164,9 +182,16 @@ def test_every_answer_names_its_version_through_a_cutover(server_url, conn, vers
         ("/search", {"question": "", "tenant": TENANT}, 400, "question must be a non-empty string"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "k": 0}, 400, "k"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "colour": "red"}, 400, "Unknown field 'colour'"),
+        # the sentence lists every field SearchOptions has, retrieval and max_tokens among them
+        ("/search", {"question": QUESTION, "tenant": TENANT, "colour": "red"}, 400, "retrieval, max_tokens, expand"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "filters": ["size=3"]}, 400, "not KEY=VALUE"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "version": 99}, 400, "no version 99"),
-        ("/search", {"question": QUESTION, "tenant": TENANT, "min_score": "abc"}, 400, "min_score must be a number"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "min_score": "abc"}, 400, "(min_score) must be a number"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "retrieval": "vectors"}, 400, "not one of passages"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "max_tokens": 0}, 400, "(max_tokens) must be"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "retrieval": "vector", "max_tokens": 9}, 400, "passages"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "k": "5"}, 400, "k must be an integer"),
+        ("/search", {"question": QUESTION, "tenant": TENANT, "query_text": 7}, 400, "(query_text) is a non-empty"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "diversity": 2}, 400, "must be a number from 0 to 1"),
         ("/search", {"question": QUESTION, "tenant": TENANT, "filters": ["metadata.x=[1]"]}, 400, "one value"),
         ("/v1/embeddings", {"input": [], "tenant": TENANT}, 400, "input must be"),

@@ -34,6 +34,7 @@ from toolkit.errors import (
 from toolkit.ingest import IngestReport, ingest
 from toolkit.question import QuestionVectors, embed_questions
 from toolkit.search import SearchHit, search
+from toolkit.search_options import SearchOptions
 from toolkit.serving import Canary, CanaryChange, ServingModel, change_canary, serving_model
 from toolkit.store.models import Model, register_model
 from toolkit.validation import parse_duration
@@ -54,6 +55,7 @@ __all__ = [
     "Removed",
     "Rollback",
     "SearchHit",
+    "SearchOptions",
     "ServingModel",
     "StateError",
     "ToolkitError",

@@ -3,7 +3,8 @@ language (extra ``toolkit[serve]``: Starlette on uvicorn).
 
 - ``POST /v1/embeddings``: OpenAI-compatible. ``input`` (a question or a list of them) embedded as queries with the
   model of the version that serves the request (its query prefix applied once), all from one version.
-- ``POST /search``: ``{"question": ..., "k": 5, ...}``; the same JSON as ``toolkit search --format json``
+- ``POST /search``: ``{"question": ..., "k": 5, ...}``, the options named as ``toolkit.search_options.SearchOptions``
+  names them (an unknown field is refused, naming the known ones); the same JSON as ``toolkit search --format json``
   (``toolkit.search.search`` with its defaults).
 - ``GET /health``: liveness: 200 whenever the process answers (the database is not needed; the active version is
   named when the database answers within HEALTH_DATABASE_SECONDS).
@@ -63,6 +64,7 @@ from toolkit.errors import (
     VersionUnavailableError,
 )
 from toolkit.integrations._core import ConnectionPool
+from toolkit.search_options import DEPRECATED, IDENTITY, KEYWORDS, SearchOptions
 from toolkit.validation import MAX_ARGUMENT_CHARS, MAX_JSON_DEPTH
 
 MAX_BODY_BYTES = 256 * 1024
@@ -90,19 +92,9 @@ READY_SECONDS = 5.0  # /ready's search must succeed within this, else 503
 PROBE_TENANT = "toolkit-ready-probe"
 PROBE_QUESTION = "toolkit readiness probe"
 ENDPOINTS = ("/search", "/v1/embeddings", "/health", "/ready", "/metrics")  # metric labels; any other path: "other"
-SEARCH_FIELDS = {
-    "question",
-    "tenant",
-    "k",
-    "request_key",
-    "filters",
-    "principals",
-    "hybrid",
-    "expand",
-    "version",
-    "min_score",
-    "diversity",
-}
+# /search's body: the question, who asks (tenant and principals only when the server takes them from the body), and
+# the search options, named as toolkit.search_options.SearchOptions names them (the deprecated hybrid among them).
+SEARCH_FIELDS = ("question", *IDENTITY, *KEYWORDS)
 EMBEDDING_FIELDS = {"input", "model", "encoding_format", "dimensions", "user", "tenant", "request_key"}
 
 log = logging.getLogger("toolkit.serve")
@@ -241,6 +233,27 @@ def _k(value) -> int:
             "cost grows faster than k); page through fewer, or run toolkit search for more.",
         )
     return k
+
+
+def _search_options(body: dict) -> SearchOptions:
+    """The body's search options as the record (its checks: JSON types, ranges, combinations), within this server's
+    own bounds: k up to MAX_K, expand window:N up to MAX_EXPAND_WINDOW, text up to MAX_QUESTION_CHARS."""
+    given = {name: body[name] for name in KEYWORDS if body.get(name) is not None}
+    given["k"] = _k(given.get("k", 5))
+    for name, value in given.items():
+        if isinstance(value, str):
+            _text(value, name)
+    expand = given.get("expand")
+    if isinstance(expand, str):
+        window = expand.removeprefix("window:")
+        if window != expand and window.isdigit() and int(window) > MAX_EXPAND_WINDOW:
+            raise RequestError(
+                400, f"expand window:N takes N up to {MAX_EXPAND_WINDOW} on toolkit serve (each hit reads 2N+1 chunks)."
+            )
+    filters = given.get("filters")
+    if filters is not None and not isinstance(filters, dict | list):
+        raise RequestError(400, "filters must be an object or a list of KEY=VALUE strings.")
+    return SearchOptions(**given)
 
 
 # --- who the request is for -----------------------------------------------------------------------------------
@@ -424,55 +437,21 @@ class App:
 
     async def search(self, request: Request) -> Response:
         body = await _read_json(request)
-        unknown = sorted(set(body) - SEARCH_FIELDS)
+        unknown = sorted(set(body) - set(SEARCH_FIELDS))
         if unknown:
-            raise RequestError(400, f"Unknown field {unknown[0]!r}; the fields are {', '.join(sorted(SEARCH_FIELDS))}.")
+            listed = ", ".join(name for name in SEARCH_FIELDS if name not in DEPRECATED)
+            raise RequestError(400, f"Unknown field {unknown[0]!r}; the fields are {listed}.")
         question = _text(body.get("question"), "question")
         tenant, principals = self._identity(request, body, principals=True)
-        options = {
-            "request_key": self._request_key(request, body, "request_key"),
-            "principals": principals,
-            "version": _integer(body.get("version"), "version"),
-        }
-        hybrid = body.get("hybrid")
-        if hybrid is not None and not isinstance(hybrid, bool):
-            raise RequestError(400, "hybrid must be true or false.")
-        if hybrid:
-            options["hybrid"] = True
-        if body.get("expand") is not None:
-            expand = _text(body["expand"], "expand")
-            window = expand.removeprefix("window:")
-            if window != expand and window.isdigit() and int(window) > MAX_EXPAND_WINDOW:
-                raise RequestError(
-                    400,
-                    f"expand window:N takes N up to {MAX_EXPAND_WINDOW} on toolkit serve (each hit reads 2N+1 chunks).",
-                )
-            options["expand"] = expand
-        # Numbers checked by search() (the same rules as the CLI's); a string is not a number here.
-        for name in ("min_score", "diversity"):
-            value = body.get(name)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise RequestError(400, f"{name} must be a number.")
-                options[name] = value
-        k = _k(body.get("k", 5))
-        filters = body.get("filters") or {}
-        if isinstance(filters, list):
-            from toolkit.search import parse_filters
-
-            if not all(isinstance(item, str) for item in filters):
-                raise RequestError(400, "filters must be an object or a list of KEY=VALUE strings.")
-            filters = parse_filters(filters)
-        if not isinstance(filters, dict):
-            raise RequestError(400, "filters must be an object or a list of KEY=VALUE strings.")
+        request_key = self._request_key(request, body, "request_key")
+        options = _search_options(body)
 
         def work(conn):
             from toolkit.search import search
 
-            chosen = {name: value for name, value in options.items() if value is not None}
-            return search(conn, question, tenant, k, filters=filters, **chosen)
+            return search(conn, question, tenant, options=options, principals=principals, request_key=request_key)
 
-        hits = await self._run(work, large=k > LARGE_K)
+        hits = await self._run(work, large=options.k > LARGE_K)
         headers = {VERSION_HEADER: str(hits[0].version)} if hits else None
         return _json([hit.as_dict() for hit in hits], headers)
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import inspect
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 from urllib.parse import quote
 
 import psycopg
 
 from toolkit.errors import InputError, VersionUnavailableError
+from toolkit.search_options import DEPRECATED, IDENTITY, KEYWORDS, SearchOptions, search_options
 from toolkit.validation import shown
 
 # Attempts of one request whose version was retired between serving_model() and its search (SQLSTATE TK002): each
@@ -97,71 +97,59 @@ def _open(url: str) -> psycopg.Connection:
     return connect(url, autocommit=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchRequest:
-    """One search as the application asks it: the tenant, and optionally the request key (canary split), principals
-    (access labels), filters (``{"metadata": {"lang": "en"}}`` among them), k, hybrid, expand, min_score and
-    diversity. Everything search() accepts by keyword may go in ``options``."""
+    """One search as the application asks it: who asks (the tenant, and optionally the request key for the canary
+    split and the principals for access labels) and the search options as given (``given``: keywords of
+    ``toolkit.search_options.SearchOptions``, ``hybrid`` among them), checked when the request is made. ``options``
+    is the record they make; ``with_`` layers more keywords over them (a retriever's fields, its search_kwargs, a
+    call), each overriding the one before, and the record is made from the whole (so ``expand`` given per call still
+    resolves ``retrieval`` as a search does)."""
 
     tenant: str
-    k: int = 5
     request_key: str | None = None
     principals: Sequence[str] | None = None
-    filters: dict | None = None
-    hybrid: bool = False
-    expand: str | None = None
-    options: dict = field(default_factory=dict)
-    min_score: float | None = None
-    diversity: float = 0.0
+    given: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "given", dict(self.given))
+        self.options  # noqa: B018 - made now, so a bad option is refused where it was given, not at the first question
+
+    @property
+    def options(self) -> SearchOptions:
+        return search_options(None, "the search", **self.given)
+
+    def with_(self, **changes) -> SearchRequest:
+        """This request with ``changes``: who asks (``tenant``, ``request_key``, ``principals``) and options."""
+        identity = {name: changes.pop(name) for name in IDENTITY if name in changes}
+        return replace(self, **identity, given={**self.given, **changes})
 
     def tenant_of(self, **overrides) -> str:
-        """The tenant a search with ``overrides`` runs for (an override, else ``options``', else the request's)."""
-        return overrides.get("tenant", self.options.get("tenant", self.tenant))
+        """The tenant a search with ``overrides`` runs for (an override, else the request's)."""
+        return overrides.get("tenant", self.tenant)
 
     def run(self, conn: psycopg.Connection, question: str, **overrides) -> list:
         from toolkit.search import search
 
-        chosen = {
-            "k": self.k,
-            "request_key": self.request_key,
-            "principals": self.principals,
-            "filters": self.filters,
-            "hybrid": self.hybrid,
-            "expand": self.expand,
-            "min_score": self.min_score,
-            "diversity": self.diversity,
-            **self.options,
-            **overrides,
-        }
-        tenant = self.tenant_of(**overrides)
-        chosen.pop("tenant", None)
-        k = chosen.pop("k")
-        # Only what differs from search()'s own defaults is passed: its defaults are the recommended retrieval.
-        defaults = {
-            "request_key": None,
-            "principals": None,
-            "filters": None,
-            "hybrid": False,
-            "expand": None,
-            "min_score": None,
-            "diversity": 0.0,
-        }
-        for name, value in defaults.items():
-            if name in chosen and chosen[name] == value:
-                del chosen[name]
-        return search(conn, question, tenant, k, **chosen)
+        request = self.with_(**overrides) if overrides else self
+        return search(
+            conn,
+            question,
+            request.tenant,
+            options=request.options,
+            principals=request.principals,
+            request_key=request.request_key,
+        )
 
 
 # -- the options a retriever takes -------------------------------------------------------------------------------
 
 
 def search_keywords() -> tuple[str, ...]:
-    """search()'s keyword options (``retrieval``, ``filters``, ``min_score``, ...), read from its signature: an option
-    search() gains is one the retrievers take, with no list to keep in step."""
-    from toolkit.search import search
-
-    parameters = inspect.signature(search).parameters.values()
-    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    """What a search takes by name beside the tenant: who asks (``request_key``, ``principals``) and the options of
+    ``SearchOptions`` (``retrieval``, ``filters``, ``min_score``, ...): an option the record gains is one the
+    retrievers take, with no list to keep in step."""
+    return (*IDENTITY[1:], *KEYWORDS)
 
 
 # Other stores' names for what the toolkit spells otherwise (LangChain's VectorStoreRetriever search_kwargs,
@@ -184,20 +172,21 @@ def unknown_name(name: str, known: Sequence[str], where: str) -> InputError:
     return InputError(f"{where} has no argument {str(name)!r}{guess}; it takes {', '.join(sorted(known))}.")
 
 
-def search_options(options: dict, where: str, *, aliases: dict[str, str] | None = None) -> dict:
+def framework_options(options: dict, where: str, *, aliases: dict[str, str] | None = None) -> dict:
     """``options`` as SearchRequest takes them (``tenant``, ``k`` and search()'s keywords), the framework's own
     spellings translated: ``filter`` (a metadata filter, ``metadata_filters``' forms) becomes ``filters``, and each
     of ``aliases`` (e.g. LlamaIndex's ``similarity_top_k`` for ``k``) its toolkit name. Anything else is refused
     with a sentence naming ``where`` it was given (a misspelled option must not be ignored)."""
     aliases = aliases or {}
-    known = ("tenant", "k", *search_keywords())
+    known = ("tenant", *search_keywords())
     chosen: dict = {}
     for name, value in options.items():
         target = aliases.get(name, name)
         if target == "filter":
             continue  # below, merged with filters
         if target not in known:
-            raise unknown_name(name, (*known, "filter", *aliases), where)
+            listed = [name for name in known if name not in DEPRECATED]
+            raise unknown_name(name, (*listed, "filter", *aliases), where)
         if target in chosen:
             raise InputError(f"{where} was given both {target!r} and {name!r}; give one.")
         chosen[target] = value

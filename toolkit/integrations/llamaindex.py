@@ -13,10 +13,11 @@
 
 Each ``NodeWithScore`` holds a ``TextNode`` with the hit's text and its doc id, span (``start``, ``end``), heading
 path, pages, version, model alias and rank in ``metadata`` (``toolkit.integrations._core.hit_metadata``), and the
-hit's score. Only doc id, heading path and pages are shown to the LLM. ``k`` (or LlamaIndex's ``similarity_top_k``),
-``filters`` (the toolkit's object, or LlamaIndex's ``MetadataFilters`` with ``==`` and ``in``: ``_core.
-metadata_filters``), ``min_score`` (a cosine similarity floor) and ``diversity`` (MMR lambda, 0 is off) are
-search()'s; ``search_options`` takes any other keyword of search(). LlamaIndex's ``retrieve`` takes only the query,
+hit's score. Only doc id, heading path and pages are shown to the LLM. The constructor takes every field of
+``toolkit.search_options.SearchOptions`` by name (``k`` — or LlamaIndex's ``similarity_top_k`` —, ``retrieval``,
+``max_tokens``, ``filters``, ``min_score``, ...: read from the record, not typed again here); ``filters`` may also be
+LlamaIndex's ``MetadataFilters`` with ``==`` and ``in`` (``_core.metadata_filters``); ``search_options`` (a dict of
+the same names) overrides them. LlamaIndex's ``retrieve`` takes only the query,
 so what changes per call (tenant, request key, principals, filters, k, ...) goes through ``with_options``: a
 retriever sharing this one's connections. An argument the retriever does not know is refused with a sentence
 naming it (``InputError``). A node's id is ``toolkit.integrations._core.hit_id``'s (version, tenant, document and
@@ -26,7 +27,6 @@ span). A version retired between reading the serving model and searching it is s
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import inspect
 from collections.abc import Sequence
 
@@ -37,31 +37,43 @@ from toolkit.errors import InputError
 from toolkit.integrations._core import (
     ConnectionPool,
     SearchRequest,
+    framework_options,
     hit_id,
     hit_metadata,
     metadata_filters,
     unknown_name,
 )
-from toolkit.integrations._core import (
-    search_options as checked_options,
-)
+from toolkit.search_options import DEPRECATED, FIELDS, KEYWORDS
 
 # The metadata an LLM sees beside a node's text (the rest is for the application: spans, versions, scores).
 LLM_METADATA = ("doc_id", "heading_path", "pages")
 
 
-def top_k(k: int | None, similarity_top_k: int | None) -> int:
-    """k, given as the toolkit names it or as LlamaIndex does (not both, unless equal); 5 when neither is."""
+def top_k(k: int | None, similarity_top_k: int | None) -> int | None:
+    """k, given as the toolkit names it or as LlamaIndex does (not both, unless equal); None when neither is."""
     if k is not None and similarity_top_k is not None and k != similarity_top_k:
         raise InputError(f"k ({k}) and similarity_top_k ({similarity_top_k}) are the same setting; give one.")
-    return k if k is not None else similarity_top_k if similarity_top_k is not None else 5
+    return k if k is not None else similarity_top_k
 
 
 def toolkit_filters(filters):
     """The filters object search() takes: given as it is, or made from LlamaIndex's MetadataFilters."""
-    if filters is None or isinstance(filters, dict):
+    if filters is None or isinstance(filters, dict | list | tuple):
         return filters
     return metadata_filters(filters)
+
+
+def _options(given: dict, where: str) -> dict:
+    """Search options and who asks, as LlamaIndex's callers name them (``similarity_top_k``, ``MetadataFilters``),
+    in the toolkit's names; anything else refused naming ``where``."""
+    given = dict(given)
+    k = top_k(given.pop("k", None), given.pop("similarity_top_k", None))
+    chosen = framework_options(given, where)
+    if k is not None:
+        chosen["k"] = k
+    if "filters" in chosen:
+        chosen["filters"] = toolkit_filters(chosen["filters"])
+    return chosen
 
 
 class ToolkitRetriever(BaseRetriever):
@@ -73,55 +85,35 @@ class ToolkitRetriever(BaseRetriever):
         database_url: str | None = None,
         *,
         tenant: str,
-        k: int | None = None,
         similarity_top_k: int | None = None,
         request_key: str | None = None,
         principals: Sequence[str] | None = None,
-        filters=None,
-        hybrid: bool = False,
-        expand: str | None = None,
-        min_score: float | None = None,
-        diversity: float = 0.0,
         pool: ConnectionPool | None = None,
         pool_size: int = 4,
         search_options: dict | None = None,
         **kwargs,
     ):
-        # LlamaIndex's BaseRetriever takes a few arguments of its own; anything else is a mistake, refused rather
-        # than passed on or ignored.
+        # The search options (SearchOptions' fields) by name; LlamaIndex's BaseRetriever takes a few arguments of
+        # its own; anything else is a mistake, refused rather than passed on or ignored.
         for name in kwargs:
-            if name not in FRAMEWORK_ARGUMENTS:
+            if name not in KEYWORDS and name not in FRAMEWORK_ARGUMENTS:
                 raise unknown_name(name, [*CONSTRUCTOR_ARGUMENTS, *FRAMEWORK_ARGUMENTS], "ToolkitRetriever")
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in KEYWORDS}
         super().__init__(**kwargs)
+        # Checked now (the fields, then search_options), not at the first question.
+        self.request = (
+            SearchRequest(tenant, request_key, principals)
+            .with_(**_options({**options, "similarity_top_k": similarity_top_k}, "ToolkitRetriever"))
+            .with_(**_options(search_options or {}, "ToolkitRetriever's search_options"))
+        )
         self._own_pool = pool is None
         self._pool = pool or ConnectionPool(database_url, size=pool_size)
-        self.request = SearchRequest(
-            tenant,
-            top_k(k, similarity_top_k),
-            request_key,
-            principals,
-            toolkit_filters(filters),
-            hybrid,
-            expand,
-            checked_options(search_options or {}, "ToolkitRetriever's search_options"),
-            min_score=min_score,
-            diversity=diversity,
-        )
 
     def with_options(self, **overrides) -> ToolkitRetriever:
         """A retriever like this one, on the same connections, with ``overrides`` (``tenant``, ``request_key``,
-        ``principals``, ``filters``, ``k``/``similarity_top_k``, ``min_score`` and any keyword of search()): the
-        per-call form, since ``retrieve`` takes only the query. Closing it closes nothing."""
-        options = checked_options(
-            {name: value for name, value in overrides.items() if name not in ("filters", "k", "similarity_top_k")},
-            "ToolkitRetriever.with_options",
-        )
-        fields = {name: options.pop(name) for name in list(options) if name in REQUEST_FIELDS}
-        if "filters" in overrides:
-            fields["filters"] = toolkit_filters(overrides["filters"])
-        if "k" in overrides or "similarity_top_k" in overrides:
-            fields["k"] = top_k(overrides.get("k"), overrides.get("similarity_top_k"))
-        request = dataclasses.replace(self.request, options={**self.request.options, **options}, **fields)
+        ``principals``, ``k``/``similarity_top_k`` and any search option): the per-call form, since ``retrieve``
+        takes only the query. Closing it closes nothing."""
+        request = self.request.with_(**_options(overrides, "ToolkitRetriever.with_options"))
         other = ToolkitRetriever.__new__(ToolkitRetriever)
         BaseRetriever.__init__(
             other, callback_manager=self.callback_manager, object_map=self.object_map, verbose=self._verbose
@@ -132,9 +124,13 @@ class ToolkitRetriever(BaseRetriever):
         return other
 
     def search_hits(self, query: str, **overrides) -> list:
-        """The toolkit's SearchHits for ``query`` (what the nodes are made of); overrides as for search(). A version
-        retired between reading the serving model and searching it is retried (``ConnectionPool.run``)."""
-        return self._pool.run(lambda conn: self.request.run(conn, query, **overrides))
+        """The toolkit's SearchHits for ``query`` (what the nodes are made of); overrides as ``with_options`` takes
+        them. A version retired between reading the serving model and searching it is retried
+        (``ConnectionPool.run``)."""
+        request = (
+            self.request.with_(**_options(overrides, "ToolkitRetriever.search_hits")) if overrides else self.request
+        )
+        return self._pool.run(lambda conn: request.run(conn, query))
 
     def _nodes(self, hits) -> list[NodeWithScore]:
         tenant = self.request.tenant_of()
@@ -164,9 +160,12 @@ class ToolkitRetriever(BaseRetriever):
             self._pool.close()
 
 
-# What the constructor takes: its own arguments, and those of LlamaIndex's BaseRetriever it passes on.
-CONSTRUCTOR_ARGUMENTS = [
+# What the constructor takes: its own arguments, the search options (SearchOptions' fields), and those of
+# LlamaIndex's BaseRetriever it passes on.
+OWN_ARGUMENTS = [
     name for name in inspect.signature(ToolkitRetriever.__init__).parameters if name not in ("self", "kwargs")
 ]
+CONSTRUCTOR_ARGUMENTS = [*OWN_ARGUMENTS, *FIELDS]
 FRAMEWORK_ARGUMENTS = [name for name in inspect.signature(BaseRetriever.__init__).parameters if name != "self"]
-REQUEST_FIELDS = {field.name for field in dataclasses.fields(SearchRequest)} - {"options"}
+# Deprecated spellings are taken (SearchOptions resolves them) but not listed.
+assert not set(DEPRECATED) & set(CONSTRUCTOR_ARGUMENTS)
