@@ -632,10 +632,14 @@ def section(results: dict, command: str) -> str:
         "",
         f"Command: `{command}` ({time.strftime('%Y-%m-%d')}; {results['seconds']:.0f} s in all). "
         + "; ".join(described(label) for label in TREES if label in trees)
-        + f". Each tree imported by a worker process of its own (PYTHONPATH, checked: the toolkit and its SQL files"
-        f" from that tree), each with its own embedded PostgreSQL {trees['before']['server']}"
-        f" (shared_buffers = {SHARED_BUFFERS}); every call interleaved between the trees in a random order."
-        f" {os.cpu_count()} cores shared with other work (1-minute load average {results['load_average']:.1f}"
+        + (
+            f". Each tree imported by a worker process of its own (PYTHONPATH, checked: the toolkit and its SQL"
+            f" files from that tree), each with its own embedded PostgreSQL {trees['before']['server']}"
+            f" (shared_buffers = {SHARED_BUFFERS}); every call interleaved between the trees in a random order."
+            if trees["before"].get("toolkit")
+            else "."
+        )
+        + f" {os.cpu_count()} cores shared with other work (1-minute load average {results['load_average']:.1f}"
         " at the end).",
         "",
         "All searches are `toolkit.search.search()` with its defaults (passages) as a reader login; the hashing"
@@ -739,8 +743,10 @@ def section(results: dict, command: str) -> str:
             "### bench/search.py --served",
             "",
             "This checkout's bench/search_served.py run with each tree's toolkit (imported first, checked), one"
-            " after the other (the order"
-            " alternating between configurations)" + (f", with {' '.join(c['extra'])}" if c["extra"] else "") + ".",
+            " after the other (the order alternating between configurations; each run its own embedded server,"
+            " shared_buffers = 2GB: not interleaved call by call, so load from other work lands on one side)"
+            + (f", with {' '.join(c['extra'])}" if c["extra"] else "")
+            + ".",
             "",
             "| chunks / a document | call | measure | before | after | ratio |",
             "| --- | --- | --- | ---: | ---: | ---: |",
