@@ -272,7 +272,9 @@ def test_hits_per_context_is_search_contexts(conn):
     from toolkit.evaluation.report import HITS_PER_CONTEXT
 
     source = function_source(conn, "toolkit.search(toolkit.search_request_v1)")
-    found = re.findall(r"WHEN mode IS NOT NULL THEN least\(request\.k \* (\d+), toolkit\.search_max_k\(\)\)", source)
+    found = re.findall(
+        r"ELSIF mode IS NOT NULL THEN\s+plan\.hits := least\(request\.k \* (\d+), toolkit\.search_max_k\(\)\)", source
+    )
     assert found and {int(n) for n in found} == {HITS_PER_CONTEXT}
 
 

@@ -527,7 +527,9 @@ BEGIN
             request.max_tokens, retrieval
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    PERFORM toolkit._check_search_options(request.min_score, coalesce(request.diversity, 0), has_embedding);
+    IF request.min_score IS NOT NULL OR request.diversity IS DISTINCT FROM 0 THEN  -- the defaults need no check
+        PERFORM toolkit._check_search_options(request.min_score, request.diversity, has_embedding);
+    END IF;
     IF retrieval = 'vector' AND NOT has_embedding THEN
         RAISE EXCEPTION 'the vector retrieval needs the query embedding' USING ERRCODE = 'invalid_parameter_value';
     ELSIF NOT has_embedding AND NOT has_text THEN
@@ -546,7 +548,6 @@ BEGIN
     plan.tenant := toolkit._search_tenant();
     SELECT * INTO target FROM toolkit._search_target(request.query_embedding, request.model, request.version);
     f := toolkit._search_filter_values(request.filters);
-    SELECT * INTO settings FROM toolkit.retrieval_settings();
     plan.query_embedding := request.query_embedding;
     plan.query_text := CASE WHEN retrieval <> 'vector' THEN request.query_text END;
     plan.k := request.k;
@@ -560,18 +561,27 @@ BEGIN
     plan.updated_after := f.updated_after;
     plan.updated_before := f.updated_before;
     plan.labels := f.labels;
-    plan.rrf_k := coalesce(request.rrf_k, settings.rrf_k);
-    IF plan.rrf_k < 0 THEN
-        RAISE EXCEPTION 'rrf_k must be 0 or more, not %', plan.rrf_k USING ERRCODE = 'invalid_parameter_value';
+    IF retrieval <> 'vector' THEN  -- the full-text and fusion settings
+        SELECT * INTO settings FROM toolkit.retrieval_settings();
+        plan.rrf_k := coalesce(request.rrf_k, settings.rrf_k);
+        IF plan.rrf_k < 0 THEN
+            RAISE EXCEPTION 'rrf_k must be 0 or more, not %', plan.rrf_k USING ERRCODE = 'invalid_parameter_value';
+        END IF;
     END IF;
     -- How many hits the last stage takes: k (vector, hybrid), hits_per_passage x k (passages), 4 x k (contexts: hits
     -- sharing a parent or a window collapse into one); fused: MMR chooses them among _mmr_candidates of them; pool:
     -- each list (vector, text) offers at least settings.candidates for the fusion.
-    plan.hits := CASE WHEN retrieval = 'passages' THEN least(request.k * settings.hits_per_passage, toolkit.search_max_k())
-        WHEN mode IS NOT NULL THEN least(request.k * 4, toolkit.search_max_k()) ELSE request.k END;
+    plan.hits := request.k;
+    IF retrieval = 'passages' THEN
+        plan.hits := least(request.k * settings.hits_per_passage, toolkit.search_max_k());
+    ELSIF mode IS NOT NULL THEN
+        plan.hits := least(request.k * 4, toolkit.search_max_k());
+    END IF;
     plan.fused := CASE WHEN plan.diversity > 0 THEN toolkit._mmr_candidates(plan.hits) ELSE plan.hits END;
-    plan.pool := CASE WHEN retrieval = 'vector' THEN plan.fused
-        ELSE greatest(coalesce(request.candidates, settings.candidates), plan.fused) END;
+    plan.pool := plan.fused;
+    IF retrieval <> 'vector' THEN
+        plan.pool := greatest(coalesce(request.candidates, settings.candidates), plan.fused);
+    END IF;
     -- The distance as the version's HNSW index is defined (so the index answers), over the plan's query vector.
     distance_sql := replace(target.distance_sql, '$1::', '($1).query_embedding::');
     query_sql := substring(distance_sql FROM '(\(\$1\)\.query_embedding::.*)$');
