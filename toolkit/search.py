@@ -58,8 +58,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One result: a passage (the default: one or more touching hits of a document, cut from its text), a chunk,
-    or (with ``expand``) a context made of a parent or a window of chunks."""
+    """One result (a row of SQL's toolkit.search_hit_v1): a passage (the default: one or more touching hits of a
+    document, stitched from its chunks), a chunk, or (with ``expand``) a context made of a parent or a window of
+    chunks. ``score`` ranks the results of one search (a rank-fusion score for passages and hybrid chunks);
+    ``similarity`` is the cosine similarity to the question, the number ``min_score`` filters on (a passage's or a
+    context's: the largest of its hits')."""
 
     rank: int
     score: float
@@ -72,12 +75,12 @@ class SearchHit:
     chunk_ids: list[str]  # the matching chunks this result stands for, best first
     version: int
     model_alias: str
-    distance: float | None = None
-    vector_rank: int | None = None
+    distance: float | None = None  # chunks: the distance the version ranks by; contexts: their best hit's
+    vector_rank: int | None = None  # chunks and contexts: the (best) hit's rank in each list, None when not in it
     text_rank: int | None = None
     pages: list[int] | None = None  # the source's pages (PDFs), for citations; None when it has none
-    hit_ranks: list[int] | None = None  # passages: each chunk's rank among the hybrid hits
-    tokens: int | None = None  # passages: the tokens the passage counts against the budget
+    hit_ranks: list[int] | None = None  # each chunk's rank among the hits (a chunk: its own rank)
+    tokens: int | None = None  # passages: the tokens counted against the budget; chunks: theirs; contexts: None
     similarity: float | None = None  # the cosine similarity to the question, what min_score filters on
 
     def as_dict(self) -> dict:
@@ -243,25 +246,7 @@ def log_query(
 
 
 def _hit(row: dict) -> SearchHit:
-    if "hit_ranks" in row:  # a passage (search_passages)
-        return SearchHit(
-            rank=row["rank"],
-            score=row["score"],
-            doc_id=row["doc_id"],
-            start=row["start_offset"],
-            end=row["end_offset"],
-            heading_path=list(row["heading_path"] or []),
-            text=row["text"],
-            kind="passage",
-            chunk_ids=list(row["chunk_ids"]),
-            version=row["version"],
-            model_alias=row["model_alias"],
-            pages=list(row["pages"]) if row.get("pages") else None,
-            hit_ranks=list(row["hit_ranks"]),
-            tokens=row["tokens"],
-            similarity=row.get("similarity"),
-        )
-    context = "kind" in row  # a small-to-big context (search_context) rather than a chunk
+    """A row of toolkit.search (toolkit.search_hit_v1), whatever its kind."""
     return SearchHit(
         rank=row["rank"],
         score=row["score"],
@@ -270,16 +255,17 @@ def _hit(row: dict) -> SearchHit:
         end=row["end_offset"],
         heading_path=list(row["heading_path"] or []),
         text=row["text"],
-        kind=row["kind"] if context else "chunk",
-        chunk_ids=list(row["chunk_ids"]) if context else [row["chunk_id"]],
+        kind=row["kind"],
+        chunk_ids=list(row["chunk_ids"]),
         version=row["version"],
         model_alias=row["model_alias"],
-        # What the SQL returns beside: distance (vector hits), ranks in each list (hybrid).
-        distance=row.get("distance"),
-        vector_rank=row.get("vector_rank"),
-        text_rank=row.get("text_rank"),
-        pages=list(row["pages"]) if row.get("pages") else None,
-        similarity=row.get("similarity"),
+        distance=row["distance"],
+        vector_rank=row["vector_rank"],
+        text_rank=row["text_rank"],
+        pages=list(row["pages"]) if row["pages"] else None,
+        hit_ranks=list(row["hit_ranks"]) if row["hit_ranks"] is not None else None,
+        tokens=row["tokens"],
+        similarity=row["similarity"],
     )
 
 

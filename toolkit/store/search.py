@@ -1,6 +1,6 @@
-"""The statements of a search: the SQL search function of each retrieval (``search_passages``, ``hybrid_search_chunks``,
-``search_chunks``, ``search_context``) run in the reader's transaction (``store.serving.as_reader``), the active
-model, and pgvector's types on a caller's plain connection."""
+"""The statement of a search: ``toolkit.search(toolkit.search_request(...))``, every retrieval's one entry point, run in
+the reader's transaction (``store.serving.as_reader``); the active model; pgvector's types on a caller's plain
+connection."""
 
 from __future__ import annotations
 
@@ -8,30 +8,12 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from toolkit.db.connection import translate_errors
 from toolkit.errors import InputError
 from toolkit.store.serving import READER_ROLE, as_reader
-
-# One statement per retrieval; the parameters are named as search() builds them.
-STATEMENTS = {
-    "passages": (
-        "SELECT * FROM toolkit.search_passages(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s, %(version)s,"
-        " %(max_tokens)s, %(min_score)s, %(diversity)s)"
-    ),
-    "hybrid": (
-        "SELECT * FROM toolkit.hybrid_search_chunks(%(text)s, %(q)s, %(k)s, %(filters)s, %(model)s,"
-        " query_version => %(version)s, min_score => %(min_score)s, diversity => %(diversity)s)"
-    ),
-    "vector": (
-        "SELECT * FROM toolkit.search_chunks(%(q)s, %(k)s, %(filters)s, %(model)s, %(version)s, %(min_score)s,"
-        " %(diversity)s)"
-    ),
-    "expand": (
-        "SELECT * FROM toolkit.search_context(%(q)s, %(k)s, %(expand)s, %(text)s, %(filters)s, %(model)s, %(version)s)"
-    ),
-}
 
 
 @contextlib.contextmanager
@@ -65,8 +47,9 @@ def adapt_vectors(conn: psycopg.Connection) -> None:
             register_vector(conn)
 
 
-# The fields of one search request, named as SQL's request names them (toolkit.search_request). search() fills
-# every one; None (or the field's default) leaves SQL's default.
+# The fields of one search request Python sends, named as SQL's request names them (toolkit.search_request's
+# arguments, the fields of toolkit.search_request_v1: tests/test_search_request.py keeps these among them). A field
+# left None takes SQL's default.
 REQUEST_FIELDS = (
     "query_text",
     "query_embedding",
@@ -81,6 +64,8 @@ REQUEST_FIELDS = (
     "diversity",
     "ef_search",
 )
+_ARGUMENTS = (sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in REQUEST_FIELDS)
+_STATEMENT = sql.SQL("SELECT * FROM toolkit.search(toolkit.search_request({}))").format(sql.SQL(", ").join(_ARGUMENTS))
 
 
 def run_search(
@@ -90,35 +75,21 @@ def run_search(
     principals: Sequence[str] | None,
     role: str | None = READER_ROLE,
 ) -> list[dict]:
-    """The rows of one search ``request`` (a dict of REQUEST_FIELDS), as ``role`` in ``tenant`` with
-    ``principals``."""
+    """The rows (toolkit.search_hit_v1) of one search ``request`` (a dict of REQUEST_FIELDS), as ``role`` in
+    ``tenant`` with ``principals``."""
     unknown = set(request) - set(REQUEST_FIELDS)
     if unknown:
         raise InputError(f"Unknown search request field {sorted(unknown)[0]!r}.")
-    retrieval, expand = request.get("retrieval") or "passages", request.get("expand")
-    # A statement uses the named parameters it names; the others are ignored (small-to-big ranks by full text only
-    # when it expands hybrid hits).
-    query_text = request.get("query_text")
-    params = {
-        "q": request["query_embedding"],
-        "k": request.get("k", 5),
-        "filters": Jsonb(request.get("filters") or {}),
-        "model": request.get("model"),
-        "version": request.get("version"),
-        "min_score": request.get("min_score"),
-        "diversity": float(request.get("diversity") or 0.0),
-        "expand": expand,
-        "text": query_text if not expand or retrieval == "hybrid" else None,
-        "max_tokens": request.get("max_tokens"),
-    }
-    ef_search = request.get("ef_search")
-    statement = STATEMENTS["expand" if expand else retrieval]
+    params = dict.fromkeys(REQUEST_FIELDS)
+    params.update(request)
+    params["filters"] = Jsonb(params["filters"] or {})
+    # SQL's defaults for what the caller left unset (a named argument given NULL is NULL, not its default).
+    params["k"] = 5 if params["k"] is None else params["k"]
+    params["diversity"] = 0.0 if params["diversity"] is None else float(params["diversity"])
     adapt_vectors(conn)
     with _search_errors(), as_reader(conn, tenant, principals, role):
-        if ef_search is not None:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(int(ef_search)),))
         # No server-side preparation: each call is planned with its own tenant and filters.
-        cur = conn.execute(statement, params, prepare=False)
+        cur = conn.execute(_STATEMENT, params, prepare=False)
         names = [c.name for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
