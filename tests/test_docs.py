@@ -64,7 +64,7 @@ ROOT = DOCS.parent
 # Examples whose output needs more than this test has (a database with a given corpus, a model run of minutes):
 # each says where it is checked instead. Anything else with a documented output is run below.
 RUN_ELSEWHERE = {
-    'toolkit search "What does ERR-4021 mean?" --tenant acme --hybrid -k 3': (
+    'toolkit search "What does ERR-4021 mean?" --tenant acme --retrieval hybrid -k 3': (
         "a database holding the labelled corpus of tests/test_search_quality.py, which checks these ranks"
     ),
 }

@@ -319,7 +319,8 @@ def say_unlabelled() -> None:
     )
 
 
-HIT_COLUMNS = ["rank", "score", "heading_path", "doc_id", "span", "text"]
+# score ranks; similarity is the cosine similarity to the question (what --min-score filters on).
+HIT_COLUMNS = ["rank", "score", "similarity", "heading_path", "doc_id", "span", "text"]
 
 
 def _one_line(text: str, width: int = 100) -> str:
@@ -336,6 +337,7 @@ def print_hits(hits, output_format: str) -> None:
         {
             "rank": hit.rank,
             "score": hit.score,
+            "similarity": hit.similarity,
             "heading_path": " > ".join(hit.heading_path),
             "doc_id": hit.doc_id,
             "span": f"{hit.start}-{hit.end}",
