@@ -33,6 +33,8 @@ already searched (after a warm-up). Milliseconds, as ``search()`` returns (embed
 
     .venv/bin/python bench/search_ab.py --before /tmp/toolkit-before --quick     # a smoke run (a few minutes)
     .venv/bin/python bench/search_ab.py --before /tmp/toolkit-before --write     # full; replaces the section
+    .venv/bin/python bench/search_ab.py --before /tmp/toolkit-before --c-questions 30 --c-cold 5 --write
+        # (a) and (b) full, (c) with 30 labelled + 30 made questions and 5 cold calls (the section says so)
 
 "before" is a worktree of the commit before the rewrite (``git -C /work/main worktree add /tmp/toolkit-before
 3969a2c``); "after" defaults to this checkout.
@@ -547,6 +549,11 @@ class Run:
         quick = self.args.quick
         configs = [("2000", 10), ("2000", 1000)] if quick else [("10000,100000", 10), ("10000", 100), ("10000", 1000)]
         extra = ["--labelled-questions", "30", "--made-questions", "10", "--cold", "3"] if quick else []
+        if self.args.c_questions is not None:  # fewer questions, in the labelled and the made sets alike
+            n = str(self.args.c_questions)
+            extra = ["--labelled-questions", n, "--made-questions", n, "--cold", str(self.args.c_cold or 20)]
+        elif self.args.c_cold is not None:
+            extra = [*extra[:-2], "--cold", str(self.args.c_cold)] if extra else ["--cold", str(self.args.c_cold)]
         runs: dict = {}
         for i, (sizes, per_document) in enumerate(configs):
             order = TREES if i % 2 == 0 else TREES[::-1]
@@ -745,7 +752,12 @@ def section(results: dict, command: str) -> str:
             "This checkout's bench/search_served.py run with each tree's toolkit (imported first, checked), one"
             " after the other (the order alternating between configurations; each run its own embedded server,"
             " shared_buffers = 2GB: not interleaved call by call, so load from other work lands on one side)"
-            + (f", with {' '.join(c['extra'])}" if c["extra"] else "")
+            + (
+                f", with `{' '.join(c['extra'])}` (reduced, to fit the run in the time it had: search_served.py's"
+                " defaults are all 319 labelled questions, 100 made questions and --cold 20)"
+                if c["extra"]
+                else ""
+            )
             + ".",
             "",
             "| chunks / a document | call | measure | before | after | ratio |",
@@ -784,6 +796,14 @@ def main() -> None:
     parser.add_argument("--sweep-chunks", type=int, default=None, help="(b): chunks, about (default 10,000)")
     parser.add_argument("--ks", default=None, help="(b): k values, comma-separated")
     parser.add_argument("--timeout", type=float, default=60.0, help="statement timeout per call, seconds")
+    parser.add_argument(
+        "--c-questions",
+        type=int,
+        default=None,
+        help="(c): pass --labelled-questions N --made-questions N to search_served.py (default: all labelled, 100"
+        " made; the section says which were used)",
+    )
+    parser.add_argument("--c-cold", type=int, default=None, help="(c): pass --cold N to search_served.py (default 20)")
     parser.add_argument("--only", choices=["a", "b", "c"], action="append", help="run only these parts")
     parser.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke run")
     parser.add_argument("--seed", type=int, default=0)
