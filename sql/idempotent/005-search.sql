@@ -317,9 +317,9 @@ BEGIN
 END
 $$;
 
--- The search filters as one condition on a version's chunk row `c`, over the values _search_filter_values returns
--- passed as $5 .. $10 (every search function passes them there). Written statically, `($n IS NULL OR ...)`: the
--- statement is planned with its values, so an unset filter folds away and the plan is the unfiltered one.
+-- The release 0005 form of the search filters' condition (over the values passed as $5 .. $10), kept unchanged for a
+-- search of that release still running when an upgrade commits (its body asks for it); this release's searches use
+-- toolkit._search_stage_filters (017-search-request.sql), over the plan's named fields.
 CREATE OR REPLACE FUNCTION toolkit._search_filter_condition()
 RETURNS text
 LANGUAGE sql
