@@ -559,7 +559,7 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert [r["rank"] for r in rows] == [1, 2, 3]
-    assert {"score", "heading_path", "doc_id", "start", "end", "text"} <= set(rows[0])
+    assert {"score", "similarity", "heading_path", "doc_id", "start", "end", "text"} <= set(rows[0])
     result = runner.invoke(
         main,
         [
@@ -576,7 +576,15 @@ def test_toolkit_search_prints_json_and_a_table(conn, database_url, store):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0].split() == ["rank", "score", "heading_path", "doc_id", "span", "text"]
+    assert result.stdout.splitlines()[0].split() == [
+        "rank",
+        "score",
+        "similarity",
+        "heading_path",
+        "doc_id",
+        "span",
+        "text",
+    ]
     assert "guide/row-security.md" in result.output and "hr/" not in result.output
 
 
