@@ -197,7 +197,6 @@ def search(
         "query_embedding": vector,
         "model": query_model,
         "version": version,
-        "filters": chosen.filters or {},
     }
     rows = run_search(conn, request, tenant, principals, role)
     hits = [_hit(row) for row in rows]

@@ -49,7 +49,7 @@ def adapt_vectors(conn: psycopg.Connection) -> None:
 
 # The fields of one search request Python sends, named as SQL's request names them (toolkit.search_request's
 # arguments, the fields of toolkit.search_request_v1: tests/test_search_request.py keeps these among them). A field
-# left None takes SQL's default.
+# left None is not named, so it takes SQL's default.
 REQUEST_FIELDS = (
     "query_text",
     "query_embedding",
@@ -64,8 +64,6 @@ REQUEST_FIELDS = (
     "diversity",
     "ef_search",
 )
-_ARGUMENTS = (sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in REQUEST_FIELDS)
-_STATEMENT = sql.SQL("SELECT * FROM toolkit.search(toolkit.search_request({}))").format(sql.SQL(", ").join(_ARGUMENTS))
 
 
 def run_search(
@@ -80,16 +78,17 @@ def run_search(
     unknown = set(request) - set(REQUEST_FIELDS)
     if unknown:
         raise InputError(f"Unknown search request field {sorted(unknown)[0]!r}.")
-    params = dict.fromkeys(REQUEST_FIELDS)
-    params.update(request)
-    params["filters"] = Jsonb(params["filters"] or {})
-    # SQL's defaults for what the caller left unset (a named argument given NULL is NULL, not its default).
-    params["k"] = 5 if params["k"] is None else params["k"]
-    params["diversity"] = 0.0 if params["diversity"] is None else float(params["diversity"])
+    params = {name: value for name, value in request.items() if value is not None}
+    if "filters" in params:
+        params["filters"] = Jsonb(params["filters"])
+    arguments = sql.SQL(", ").join(
+        sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in params
+    )
+    statement = sql.SQL("SELECT * FROM toolkit.search(toolkit.search_request({}))").format(arguments)
     adapt_vectors(conn)
     with _search_errors(), as_reader(conn, tenant, principals, role):
         # No server-side preparation: each call is planned with its own tenant and filters.
-        cur = conn.execute(_STATEMENT, params, prepare=False)
+        cur = conn.execute(statement, params, prepare=False)
         names = [c.name for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
