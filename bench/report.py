@@ -1,11 +1,27 @@
-"""What the benchmarks share for reporting: the machine's CPU name, and replacing one section of
-docs/benchmarks.md without touching the others."""
+"""What the benchmarks share: the machine's CPU name, an embedded server with the shared_buffers a benchmark asks for,
+and replacing one section of docs/benchmarks.md without touching the others."""
 
 from __future__ import annotations
 
 import platform
 import re
 from pathlib import Path
+
+
+def start_server(data_dir: Path, shared_buffers: str) -> str:
+    """Starts the embedded PostgreSQL in ``data_dir`` with ``shared_buffers`` (set, then restarted: it takes effect
+    only at start); returns its URL."""
+    import warnings
+
+    from toolkit.db import connection, server
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        db = server.start_embedded(data_dir)
+        with connection.connect(db.url, autocommit=True, register_vector=False) as conn:
+            conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
+        server.stop_embedded(data_dir)
+        return server.start_embedded(data_dir).url
 
 
 def cpu_name() -> str:

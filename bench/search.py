@@ -31,11 +31,10 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-from report import write_section
+from report import start_server, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -86,17 +85,10 @@ class Bench:
 
     # -- setup --------------------------------------------------------------------------------------------
     def start(self) -> None:
-        from toolkit.db import connection, migrate, server
+        from toolkit.db import connection, migrate
 
         self.data_dir = Path(tempfile.mkdtemp(prefix="toolkit-bench-search-", dir="/tmp"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            db = server.start_embedded(self.data_dir)
-            with connection.connect(db.url, autocommit=True, register_vector=False) as conn:
-                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'")
-            server.stop_embedded(self.data_dir)
-            db = server.start_embedded(self.data_dir)
-        self.url = db.url
+        self.url = start_server(self.data_dir, SHARED_BUFFERS)
         migrate.upgrade(self.url)
         self.owner = connection.connect(self.url, autocommit=True)  # a superuser: row-level security is bypassed
         self.reader = connection.connect(self.url, autocommit=True)

@@ -108,19 +108,12 @@ class Worker:
         return found | {"commit": head.stdout.decode().strip(), "changed_files": len(dirty.stdout.splitlines())}
 
     def start(self, data_dir: str) -> dict:
-        import warnings
+        from report import start_server
 
-        from toolkit.db import connection, server
+        from toolkit.db import connection
 
         self.data_dir = Path(data_dir)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            db = server.start_embedded(self.data_dir)
-            with connection.connect(db.url, autocommit=True, register_vector=False) as conn:
-                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'")
-            server.stop_embedded(self.data_dir)
-            db = server.start_embedded(self.data_dir)
-        self.url = db.url
+        self.url = start_server(self.data_dir, SHARED_BUFFERS)
         with connection.connect(self.url, autocommit=True, register_vector=False) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]
         return {"server": version}

@@ -30,11 +30,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
-from report import cpu_name, write_section
+from report import cpu_name, start_server, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -152,17 +151,10 @@ class Served:
 
     # -- server --------------------------------------------------------------------------------------------
     def start(self) -> None:
-        from toolkit.db import connection, migrate, server
+        from toolkit.db import connection, migrate
 
         self.data_dir = Path(tempfile.mkdtemp(prefix="toolkit-bench-served-", dir="/tmp"))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            db = server.start_embedded(self.data_dir)
-            with connection.connect(db.url, autocommit=True, register_vector=False) as conn:
-                conn.execute(f"ALTER SYSTEM SET shared_buffers = '{SHARED_BUFFERS}'")
-            server.stop_embedded(self.data_dir)
-            db = server.start_embedded(self.data_dir)
-        self.url = db.url
+        self.url = start_server(self.data_dir, SHARED_BUFFERS)
         migrate.upgrade(self.url)
         self.owner = connection.connect(self.url, autocommit=True)  # a superuser
         info = connection.check_server(self.owner)
