@@ -266,6 +266,17 @@ def test_the_search_filter_keys_are_sqls(conn):
     assert tuple(re.findall(r"'(\w+)'", listed.group(1))) == FILTER_KEYS
 
 
+def test_the_retrievals_are_the_ones_sql_runs(conn):
+    """search_options.RETRIEVALS (what the CLI, serve and the retrievers accept, without a database) is the list
+    toolkit.search checks."""
+    from toolkit.search_options import RETRIEVALS
+
+    source = function_source(conn, "toolkit.search(toolkit.search_request_v1)")
+    listed = re.findall(r"retrieval IS DISTINCT FROM '(\w+)'", source)
+    assert listed, "the retrieval check moved: update this test"
+    assert sorted(listed) == sorted(RETRIEVALS)
+
+
 def test_hits_per_context_is_search_contexts(conn):
     """The offline evaluation fetches HITS_PER_CONTEXT x k children per small-to-big context, as toolkit.search does
     for a request with expand."""
