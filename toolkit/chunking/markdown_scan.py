@@ -165,7 +165,8 @@ def scan(src: str, parse=None) -> list[tuple] | None:
     ``("other", a, b, protected)`` (a block quote) with the line ranges of the code blocks and tables inside it; line
     numbers as markdown-it counts them. ``parse`` is markdown-it's ``parse`` (configured as the strategy's),
     used for block quotes; without it, a text with a block quote gives None."""
-    lines = _LINE_BREAK.split(src)
+    # str.split is several times as fast as the regular expression; without a carriage return they cut alike.
+    lines = _LINE_BREAK.split(src) if "\r" in src else src.split("\n")
     # markdown-it gives a last line of only spaces (or nothing) no line of its own; then the last line it
     # counts ends with a line break.
     broken = bool(lines) and not lines[-1].strip(" \t")

@@ -32,7 +32,12 @@ def source_format(doc_id: str | None) -> str | None:
         return None
     from toolkit.text.sources import FORMATS
 
-    return FORMATS.get(PurePosixPath(doc_id).suffix.lower())
+    if "/" in doc_id:
+        return FORMATS.get(PurePosixPath(doc_id).suffix.lower())
+    # A bare name is its own last component: its suffix as PurePosixPath gives it (from the last dot, unless the
+    # name starts or ends there), without building a path (which took 3% of the ``recursive`` strategy's time).
+    dot = doc_id.rfind(".")
+    return FORMATS.get(doc_id[dot:].lower() if 0 < dot < len(doc_id) - 1 else "")
 
 
 def heading_outline(text: str, file_format: str | None) -> Outline | None:

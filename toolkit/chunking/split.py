@@ -427,11 +427,21 @@ class _CountingSplitter:
         whole = trim(self.text, Span(0, len(self.text)))
         if whole is None:
             return self.out
+        parts = None
+        if whole.end - whole.start > 4 * self.budget:
+            # Most likely over the budget: counting the whole text first would count it twice (fastokens does not
+            # stop at the limit). ``split`` sums the parts' segments, exactly, and keeps the text whole if it fits.
+            parts = self.parts_at(0, len(self.text), 0)
+            if parts is not None and not parts.sparse:
+                self.split(0, len(self.text), parts, False)
+                return self.out
         n = self.count_till(self.text[whole.start : whole.end], self.budget)
         if n is not None:
             self.out.append((whole, n))
             return self.out
-        self.split(0, len(self.text), self.parts_at(0, len(self.text), 0), False)
+        if parts is None:
+            parts = self.parts_at(0, len(self.text), 0)
+        self.split(0, len(self.text), parts, False)
         return self.out
 
     def emit(self, start, end, n, atomic=False):
