@@ -195,3 +195,47 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def assert_postings_hold_the_chunk_table(conn, version: int) -> None:
+    """A version's packed postings and statistics (terms_vN, term_stats_vN) say what its chunk table holds: each
+    (tenant, label set, lexeme, chunk ordinal) once, in a block or a slice; each lexeme's df; each set's chunks and
+    tokens; and each lexeme is in the block with the greatest key at or below it (where a search looks)."""
+    table, terms, stats = conn.execute(
+        "SELECT toolkit._chunk_table(%s), toolkit._postings_table(%s), toolkit._statistics_table(%s)",
+        (version, version, version),
+    ).fetchone()
+    held = conn.execute(
+        f"SELECT c.tenant, c.access_labels, l.lexeme, c.ordinal FROM {table} AS c"
+        " CROSS JOIN LATERAL unnest(tsvector_to_array(c.fts)) AS l (lexeme) WHERE NOT c.is_parent ORDER BY 1, 2, 3, 4"
+    ).fetchall()
+    posted = conn.execute(
+        f"SELECT b.tenant, b.access_labels, u.lexeme::text, b.base + o FROM {terms} AS b"
+        " CROSS JOIN LATERAL unnest(b.lexemes, b.ends) WITH ORDINALITY AS u (lexeme, e, n)"
+        " CROSS JOIN LATERAL unnest(b.chunks[coalesce(b.ends[u.n - 1], 0) + 1 : u.e]) AS o WHERE b.part = 0"
+        f" UNION ALL SELECT s.tenant, s.access_labels, s.lexeme::text, s.base + unnest(s.chunks) FROM {terms} AS s"
+        " WHERE s.part > 0 ORDER BY 1, 2, 3, 4"
+    ).fetchall()
+    assert posted == held
+    counted = conn.execute(
+        "SELECT h.tenant, h.access_labels, h.lexeme, count(*) FROM (SELECT c.tenant, c.access_labels, l.lexeme"
+        f" FROM {table} AS c CROSS JOIN LATERAL unnest(tsvector_to_array(c.fts)) AS l (lexeme)"
+        " WHERE NOT c.is_parent) AS h GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
+    ).fetchall()
+    listed = conn.execute(
+        f"SELECT b.tenant, b.access_labels, u.lexeme, u.df FROM {terms} AS b"
+        " CROSS JOIN LATERAL unnest(b.lexemes, b.dfs) AS u (lexeme, df) WHERE b.part = 0 ORDER BY 1, 2, 3"
+    ).fetchall()
+    assert listed == counted
+    found = conn.execute(
+        f"SELECT count(*) FROM {terms} AS b CROSS JOIN LATERAL unnest(b.lexemes) AS u (lexeme)"
+        f" WHERE b.part = 0 AND b.lexeme <> (SELECT x.lexeme FROM {terms} AS x WHERE x.tenant = b.tenant"
+        "  AND x.access_labels = b.access_labels AND x.part = 0 AND x.lexeme <= u.lexeme"
+        "  ORDER BY x.lexeme DESC LIMIT 1)"
+    ).fetchone()[0]
+    assert found == 0
+    sets = conn.execute(
+        f"SELECT c.tenant, c.access_labels, count(*), sum(c.token_count) FROM {table} AS c WHERE NOT c.is_parent"
+        " GROUP BY 1, 2 ORDER BY 1, 2"
+    ).fetchall()
+    assert conn.execute(f"SELECT * FROM {stats} ORDER BY 1, 2").fetchall() == sets
