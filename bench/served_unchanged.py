@@ -295,7 +295,7 @@ def phase_after(tree: Path, state: dict) -> dict:
                 tree, url, "eval", "--corpus", str(ROOT / docs), "--queries", str(ROOT / queries), "--cache-dir", cache
             )
             say(f"  toolkit eval --corpus {docs}: recall@5 {result['eval_offline'][tenant]['recall']:.4f}")
-        migrate.downgrade(url, state.get("downgrade_to", "0005"))
+        migrate.downgrade(url, "0005")
         result["revision_after_downgrade"] = revision(url)
         say(f"  downgraded to {result['revision_after_downgrade']}")
     finally:
@@ -436,20 +436,15 @@ def triple(m: dict) -> str:
     return f"{m['recall']:.4f} / {m['mrr']:.4f} / {m['ndcg']:.4f}"
 
 
-def section_title(args) -> str:
-    """The section of docs/benchmarks.md a run writes: issue 36's (0006 against 0005) or another issue's."""
-    return SECTION if args.issue == "36" else f"## Served default before and after issue {args.issue}"
-
-
 def report(results: dict, args) -> str:
     after, before, again = results["after"], results["before"], results["after-again"]
     lines = [
-        section_title(args),
+        SECTION,
         "",
         f"`bench/served_unchanged.py` ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores "
         f"shared, PostgreSQL {after['server']}): **one** embedded database, one ingest, one backfill and one HNSW "
-        f"index, searched by the SQL before issue {args.issue} and by the SQL after it, so no chunking, embedding or"
-        " index-build noise enters the comparison. The database's path: created and loaded by the after tree "
+        "index, searched by the SQL before issue 36 and by the SQL after it, so no chunking, embedding or index-build "
+        "noise enters the comparison. The database's path: created and loaded by the after tree "
         f"({tree_label(after)}, schema {after['revision_loaded']}) → downgraded by it to "
         f"{after['revision_after_downgrade']} → the before tree ({tree_label(before)}, imported from "
         f"{Path(before['tree']['toolkit']).parent.parent} through PYTHONPATH, checked) upgrades it to its head "
@@ -552,10 +547,6 @@ def main() -> None:
         "--before", default="/tmp/toolkit-before", help="the source tree before (a worktree of 3969a2c)"
     )
     parser.add_argument("--after", default=str(ROOT), help=f"the source tree after (default {ROOT})")
-    parser.add_argument(
-        "--downgrade-to", default="0005", help="the revision the before tree's release is at (issue 35: 0006)"
-    )
-    parser.add_argument("--issue", default="36", help="the issue the comparison is for (names the section)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (data directory, JSON)")
     parser.add_argument("--notes", default="", help="a paragraph added to the report (the differences explained)")
     parser.add_argument("--from-json", help="report from a results.json of an earlier run instead of running")
@@ -572,7 +563,7 @@ def main() -> None:
         started = time.perf_counter()
         scratch = Path(tempfile.mkdtemp(prefix="toolkit-served-unchanged-", dir="/tmp"))
         os.chmod(scratch, 0o755)  # the embedded server may run as another user (on root)
-        state = {"data_dir": str(scratch / "pg"), "scratch": str(scratch), "downgrade_to": args.downgrade_to}
+        state = {"data_dir": str(scratch / "pg"), "scratch": str(scratch)}
         results = {}
         try:
             results["after"] = run_phase("after", trees["after"], scratch, state)
@@ -607,8 +598,8 @@ def main() -> None:
         sys.path.insert(0, str(ROOT / "bench"))
         from report import write_section
 
-        write_section(ROOT / "docs" / "benchmarks.md", section_title(args), text)
-        print(f"wrote {section_title(args)!r} in docs/benchmarks.md")
+        write_section(ROOT / "docs" / "benchmarks.md", SECTION, text)
+        print(f"wrote {SECTION!r} in docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -526,11 +526,9 @@ BEGIN
             coalesce(current_state, 'unknown')
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    -- SHARE ROW EXCLUSIVE waits for every transaction still writing rows to the table (a backfill's chunk batch may
-    -- write rows without embeddings) and keeps new ones out until this transaction ends; two backfills finishing
-    -- together take turns here (the mode conflicts with itself), before either locks the version's row, so the
-    -- first can create the postings' triggers (which take this mode) without waiting for the second.
-    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass, 'SHARE ROW EXCLUSIVE',
+    -- SHARE waits for every transaction still writing rows to the table (a backfill's chunk batch may write
+    -- rows without embeddings) and keeps new ones out until this transaction ends.
+    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass, 'SHARE',
         format('marking version %s ready', target));
     PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);

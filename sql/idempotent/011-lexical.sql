@@ -664,9 +664,8 @@ BEGIN
         RETURN;
     END IF;
     IF to_regclass(terms) IS NULL OR to_regclass(stats) IS NULL THEN
-        -- Writers wait while the postings are built, so none of their rows is missed (the mode the triggers'
-        -- creation below takes: no lock to upgrade midway).
-        PERFORM toolkit._take_lock(chunks::regclass, 'SHARE ROW EXCLUSIVE',
+        -- Writers wait while the postings are built, so none of their rows is missed.
+        PERFORM toolkit._take_lock(chunks::regclass, 'SHARE',
             format('building the full-text postings of version %s', target), '1h');
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', terms, stats);
         EXECUTE format(

@@ -245,9 +245,9 @@ def replace_document_rows(
 
 def lock_version_writes(conn: psycopg.Connection, target: LiveVersion, *, exclusive: bool = False) -> None:
     """The version's table lock for the rest of the transaction. A batch takes ROW EXCLUSIVE before it claims
-    (writers do not block each other); the final check of a backfill takes SHARE (``mark_version_ready`` SHARE ROW
-    EXCLUSIVE), which waits for every batch in flight, claimed documents included, and keeps new ones out. A reader
-    holds SELECT only, so it can take neither."""
+    (writers do not block each other); ``mark_version_ready`` and the final check of a backfill take SHARE, which
+    waits for every batch in flight, claimed documents included, and keeps new ones out. A reader holds SELECT
+    only, so it can take neither."""
     mode = sql.SQL("SHARE" if exclusive else "ROW EXCLUSIVE")
     conn.execute(sql.SQL("LOCK TABLE {} IN {} MODE").format(target.table, mode))
 
