@@ -44,7 +44,6 @@ K = 5
 TENANT = "bench"
 CHUNKS_PER_DOCUMENT = 10
 BATCH = 500  # rows per COPY statement: what ingest writes per statement, about
-LIVE_ROWS = 2_000  # rows written into the ready version, with and without its postings kept
 SHARED_BUFFERS = "2GB"
 BEFORE_COMMIT = "4c3c51e"  # the release's search before the postings (git show of 012-search-hybrid.sql)
 
@@ -203,10 +202,15 @@ class Served:
     def embed(self, texts: list[str]) -> np.ndarray:
         return np.asarray(self.embedder.embed_documents(texts), dtype=np.float32)
 
-    def copy_rows(self, table: str, rows: list[dict], vectors: np.ndarray) -> float:
-        """Writes rows by binary COPY in statements of BATCH rows, each its own transaction (as ingest writes);
-        returns the seconds it took."""
+    def make_version(self, rows: list[dict], documents: dict[str, str], vectors: np.ndarray, postings: bool) -> dict:
+        """A version of these chunks, loaded in COPY statements of BATCH rows (the postings triggers on or off)."""
+        from toolkit.store import versions
+
         conn = self.owner
+        v = versions.create_version(conn, "bench", "fixed:200:0", f"fixed:200:0@{len(rows)}:{postings}")
+        table = conn.execute("SELECT toolkit._chunk_table(%s)", (v,)).fetchone()[0]
+        if not postings:
+            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
         columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
         types = ["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4"]
         # Where chunk rows keep the whitespace before them (issue 36), as ingest writes it: without it a search
@@ -240,38 +244,35 @@ class Served:
                             vectors[i],
                         )
                     )
-        return time.perf_counter() - started
-
-    def make_version(self, rows: list[dict], vectors: np.ndarray) -> dict:
-        """A version of these chunks, loaded as a backfill loads a version being built (no postings yet)."""
-        from toolkit.store import versions
-
-        conn = self.owner
-        v = versions.create_version(conn, "bench", "fixed:200:0", f"fixed:200:0@{len(rows)}")
-        table = conn.execute("SELECT toolkit._chunk_table(%s)", (v,)).fetchone()[0]
-        seconds = self.copy_rows(table, rows, vectors)
+        seconds = time.perf_counter() - started
         return {"version": v, "table": table, "load_s": seconds, "rows_per_s": len(rows) / seconds}
 
     def finish_version(self, info: dict) -> None:
-        """The HNSW index, then ready (the full-text postings built from the rows), then active."""
         from toolkit import cutover
         from toolkit.store import versions
 
         conn = self.owner
         conn.execute(f"ANALYZE {info['table']}")
+        # What autovacuum does soon after a load (inserts past its threshold): the visibility map set, so searches
+        # read the postings' index alone (index-only scans).
+        terms, stats = conn.execute(
+            "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)",
+            (info["version"], info["version"]),
+        ).fetchone()
+        conn.execute(f"VACUUM (ANALYZE) {terms}, {stats}")
         started = time.perf_counter()
         versions.create_version_index(conn, info["version"], maintenance_work_mem="1GB")
         info["index_s"] = time.perf_counter() - started
-        started = time.perf_counter()
         versions.mark_version_ready(conn, info["version"])
-        info["ready_s"] = time.perf_counter() - started
         cutover.activate_version(conn, info["version"], force=True)
-        self.vacuum_postings(info["version"])
 
     def rebuild_postings(self, info: dict) -> float:
-        """Drops a version's postings and builds them from its rows, as an upgrade (or becoming ready) does."""
+        """Drops a version's postings and builds them from its rows, as an upgrade does for an older version."""
         v = info["version"]
         conn = self.owner
+        conn.execute(f"ALTER TABLE {info['table']} ENABLE TRIGGER USER")
+        for name in ("insert", "delete", "update"):
+            conn.execute(f"DROP TRIGGER text_postings_{name} ON {info['table']}")
         conn.execute("SELECT toolkit._drop_text_postings(%s)", (v,))
         started = time.perf_counter()
         with conn.transaction():
@@ -279,32 +280,7 @@ class Served:
             conn.execute("SELECT toolkit._create_text_postings(%s)", (v,))
         return time.perf_counter() - started
 
-    def vacuum_postings(self, v: int) -> None:
-        """What autovacuum does soon after a build: the postings' visibility map set and their statistics taken."""
-        terms, stats = self.owner.execute(
-            "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)", (v, v)
-        ).fetchone()
-        self.owner.execute(f"VACUUM (ANALYZE) {terms}, {stats}")
-
-    def live_writes(self, info: dict, rows: list[dict], vectors: np.ndarray, postings: bool) -> float:
-        """Rows/s of ingest-like writes (COPY statements of BATCH rows) into the ready version, its postings kept
-        by the triggers or not (the triggers off); the rows are deleted again the same way."""
-        conn = self.owner
-        names = ("text_postings_insert", "text_postings_delete", "text_postings_update")
-        if not postings:
-            for name in names:
-                conn.execute(f"ALTER TABLE {info['table']} DISABLE TRIGGER {name}")
-        try:
-            seconds = self.copy_rows(info["table"], rows, vectors)
-            conn.execute(f"DELETE FROM {info['table']} WHERE doc_id LIKE 'extra-%'")
-        finally:
-            for name in names:
-                conn.execute(f"ALTER TABLE {info['table']} ENABLE TRIGGER {name}")
-        return len(rows) / seconds
-
     def sizes_of(self, v: int) -> dict:
-        """Bytes (with indexes and TOAST) and rows of the chunk table, the postings and the statistics; and the size
-        of a GIN index built fresh over the same chunks' tsvectors (then dropped), what the postings are held to."""
         names = self.owner.execute(
             "SELECT toolkit._chunk_table(%s), toolkit._postings_table(%s), toolkit._statistics_table(%s)",
             (v, v, v),
@@ -314,18 +290,6 @@ class Served:
             out[key] = self.owner.execute(
                 "SELECT pg_total_relation_size(%s::regclass), (SELECT count(*) FROM " + name + ")", (name,)
             ).fetchone()
-        # The chunk table's index on (tenant, ordinal), which the postings need: found by its column, not its name.
-        out["ordinal_index"] = self.owner.execute(
-            "SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0) FROM pg_index AS i"
-            " INNER JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)"
-            " WHERE i.indrelid = %s::regclass AND a.attname = 'ordinal'",
-            (names[0],),
-        ).fetchone()[0]
-        with self.owner.transaction():
-            self.owner.execute("SET LOCAL maintenance_work_mem = '1GB'")
-            self.owner.execute(f"CREATE INDEX bench_fts_gin ON {names[0]} USING gin (fts)")
-            out["gin"] = self.owner.execute("SELECT pg_relation_size('toolkit.bench_fts_gin'::regclass)").fetchone()[0]
-            self.owner.execute("DROP INDEX toolkit.bench_fts_gin")
         return out
 
     # -- queries -------------------------------------------------------------------------------------------
@@ -408,13 +372,11 @@ class Served:
 
     def text_plan(self, v: int, question: str) -> dict:
         """Postings read per question: the chosen lexemes' df, or the limit (the rarest lexeme's first chunks)."""
-        # As a superuser: no role below the owner may read terms_vN (011-lexical.sql); the tenant is in the WHERE.
-        terms = self.owner.execute("SELECT toolkit._postings_table(%s)", (v,)).fetchone()[0]
+        # As the owner: no role below it may read term_stats_vN (011-lexical.sql); the tenant is in the WHERE.
+        stats = self.owner.execute("SELECT toolkit._statistics_table(%s)", (v,)).fetchone()[0]
         rows = self.owner.execute(
-            f"SELECT u.lexeme, sum(u.df) FROM {terms} AS b"
-            " CROSS JOIN LATERAL unnest(b.lexemes, b.dfs) AS u (lexeme, df)"
-            " WHERE b.tenant = %s AND b.part = 0 AND u.lexeme = ANY (toolkit.query_lexemes('english', %s))"
-            " GROUP BY 1",
+            f"SELECT s.lexeme, sum(s.df) FROM {stats} AS s WHERE s.tenant = %s"
+            " AND s.lexeme = ANY (toolkit.query_lexemes('english', %s)) GROUP BY 1 HAVING sum(s.df) > 0",
             (TENANT, question),
         ).fetchall()
         limit = self.owner.execute("SELECT postings_limit FROM toolkit.retrieval_settings()").fetchone()[0]
@@ -449,27 +411,20 @@ class Served:
                 vectors = self.embed([r["text"] for r in rows])
                 result["embed_s"] = time.perf_counter() - t
                 print(f"{size}: {len(rows)} chunks embedded in {result['embed_s']:.0f} s", flush=True)
-                # Loaded as a backfill loads (no postings while building), then ready: the postings built in bulk.
-                info = self.make_version(rows, vectors)
-                result["load"] = info["rows_per_s"]
-                self.store_documents(documents)
-                self.finish_version(info)
-                result["index_s"], result["ready_s"] = info["index_s"], info["ready_s"]
-                result["postings_build_s"] = self.rebuild_postings(info)
-                self.vacuum_postings(info["version"])
-                # Ingest-like writes into the ready version: the same new rows with and without the postings kept.
-                extra, _ = corpus(LIVE_ROWS, rng, pool, self.per_document)
-                for r in extra:
-                    r["chunk_id"], r["doc_id"] = "extra-" + r["chunk_id"], "extra-" + r["doc_id"]
-                extra_vectors = self.embed([r["text"] for r in extra])
-                result["live_without"] = self.live_writes(info, extra, extra_vectors, postings=False)
-                result["live_with"] = self.live_writes(info, extra, extra_vectors, postings=True)
+                # Without postings first (triggers off), then the postings built from those rows (an upgrade).
+                bare = self.make_version(rows, documents, vectors, postings=False)
+                result["load_without"] = bare["rows_per_s"]
+                result["postings_build_s"] = self.rebuild_postings(bare)
+                self.retire(bare["version"])
+                info = self.make_version(rows, documents, vectors, postings=True)
+                result["load_with"] = info["rows_per_s"]
                 print(
-                    f"  load {result['load']:.0f} rows/s; index {result['index_s']:.1f} s; ready (postings built)"
-                    f" {result['ready_s']:.1f} s, postings rebuilt {result['postings_build_s']:.1f} s; live writes"
-                    f" {result['live_without']:.0f} rows/s without postings, {result['live_with']:.0f} with",
+                    f"  rows/s without postings {result['load_without']:.0f}, with {result['load_with']:.0f};"
+                    f" postings built in {result['postings_build_s']:.1f} s",
                     flush=True,
                 )
+                self.store_documents(documents)
+                self.finish_version(info)
                 result["sizes"] = self.sizes_of(info["version"])
                 qs = questions(rng, rows, self.made_questions, self.labelled)
                 qv = np.asarray([self.embedder.embed_query(q) for q in qs], dtype=np.float32)
@@ -593,38 +548,21 @@ def section(results: dict, command: str) -> str:
         "",
         "### Cost of the postings",
         "",
-        "| chunks | load rows/s (version being built) | HNSW index | ready (postings built) | postings rebuilt |"
-        " live writes rows/s: without postings | with postings | ratio |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for size, r in results["sizes"].items():
-        lines.append(
-            f"| {size:,} | {r['load']:,.0f} | {r['index_s']:.1f} s | {r['ready_s']:.1f} s |"
-            f" {r['postings_build_s']:.1f} s | {r['live_without']:,.0f} | {r['live_with']:,.0f} |"
-            f" {r['live_with'] / r['live_without']:.2f} |"
-        )
-    lines += [
-        "",
-        "| chunks | chunk table (with its indexes) | of which the ordinal index | postings (rows) | statistics (rows) |"
-        " postings + statistics + ordinal index | GIN over the same tsvectors | ratio to GIN |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| chunks | rows/s written without postings | with postings | postings built for existing rows |"
+        " chunk table | postings (rows) | statistics (rows) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for size, r in results["sizes"].items():
         s = r["sizes"]
-        lexical = s["terms"][0] + s["stats"][0] + s["ordinal_index"]
         lines.append(
-            f"| {size:,} | {s['chunks'][0] / mib:.0f} MiB | {s['ordinal_index'] / mib:.1f} MiB |"
-            f" {s['terms'][0] / mib:.1f} MiB ({s['terms'][1]:,}) | {s['stats'][0] / mib:.2f} MiB ({s['stats'][1]:,}) |"
-            f" {lexical / mib:.1f} MiB | {s['gin'] / mib:.1f} MiB | {lexical / s['gin']:.2f} |"
+            f"| {size:,} | {r['load_without']:,.0f} | {r['load_with']:,.0f} | {r['postings_build_s']:.1f} s |"
+            f" {s['chunks'][0] / mib:.0f} MiB | {s['terms'][0] / mib:.0f} MiB ({s['terms'][1]:,}) |"
+            f" {s['stats'][0] / mib:.1f} MiB ({s['stats'][1]:,}) |"
         )
     lines += [
         "",
-        f"Rows written by binary COPY in statements of {BATCH} rows, each its own transaction (as ingest writes):"
-        " first into the version being built (no postings: a backfill's load), then, once it is ready,"
-        f" {LIVE_ROWS:,} new rows into it with its postings kept by the triggers and with the triggers off (each"
-        " deleted again the same way). *Ready* is `mark_version_ready`, which builds the postings from the rows;"
-        " *postings rebuilt*: dropped and built again, as an upgrade does. Sizes include indexes and TOAST; the GIN"
-        " index is built fresh (`CREATE INDEX … USING gin (fts)`, default options) and dropped.",
+        f"Rows written by binary COPY in statements of {BATCH} rows, each its own transaction (as ingest writes),"
+        " before the HNSW index exists; sizes include indexes (the chunk table's HNSW and GIN indexes too).",
     ]
     return "\n".join(lines) + "\n"
 

@@ -32,7 +32,7 @@ ROLES = ("reader", "bound", "writer", "deployer", "owner")
 CHUNK_TABLE = "<chunk table>"
 # A version's full-text postings and statistics (terms_vN, term_stats_vN): no role below the owner may query them (an
 # EXPLAIN would count rows the policies remove); searches read them through toolkit._read_term_stats and
-# _read_text_matches; the chunk table's triggers write them.
+# _read_postings; the chunk table's triggers write them.
 TERMS_TABLE = "<postings table>"
 TERM_STATS_TABLE = "<postings statistics table>"
 VERSION_TABLES = {CHUNK_TABLE: "chunks_v", TERMS_TABLE: "terms_v", TERM_STATS_TABLE: "term_stats_v"}
@@ -145,9 +145,9 @@ EVERYONE = {
     "_postings_table",
     "_statistics_table",
     "_read_term_stats",
-    "_read_text_matches",
+    "_read_postings",
     "_read_term_stats_function",
-    "_read_text_matches_function",
+    "_read_postings_function",
     "log_query",
     "query_log_sample_rate",
     "model_secrets",
@@ -163,7 +163,7 @@ EVERYONE = {
 WRITER = EVERYONE | {
     # A service role's full-text reads (every label set of the tenant, as the policies show the writer).
     "_read_term_stats_service",
-    "_read_text_matches_service",
+    "_read_postings_service",
     "delete_documents",
     "create_version",
     "create_version_index",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import assert_postings_hold_the_chunk_table, insert_test_model, prepared_database
+from support import insert_test_model, prepared_database
 
 from toolkit import cutover
 from toolkit.chunking import get_chunker
@@ -342,8 +342,8 @@ def store_rows(conn, alias: str, documents: dict[str, str]) -> list:
 def test_full_text_candidates_stay_within_the_postings_limit(conn, make_model):
     """More chunks hold the questions' common words than ``postings_limit`` allows: full text scores the chunks
     holding the rarer lexemes whose postings fit together, or, when even the rarest has too many, its first
-    postings_limit chunks in the order they were written; each over all the question's lexemes. SQL and the offline
-    ranking agree, and the limit changes the ranking (an unbounded BM25 ranks otherwise)."""
+    postings_limit chunks by chunk id; each over all the question's lexemes. SQL and the offline ranking agree, and
+    the limit changes the ranking (an unbounded BM25 ranks otherwise)."""
     make_model("w", DIMS, model_name=str(DIMS))
     settings = retrieval_settings(conn)
     limit = settings["postings_limit"]
@@ -368,10 +368,8 @@ def test_full_text_candidates_stay_within_the_postings_limit(conn, make_model):
     lengths = [c.token_count for c in chunks]
     bounded = BM25(terms, lengths, retrieval.k1, retrieval.b, limit)
     unbounded = BM25(terms, lengths, retrieval.k1, retrieval.b)
-    # The first postings_limit chunks holding the word in the order they were written (store_rows writes them in
-    # the list's order, one statement: the ordinals follow it).
-    assert bounded.candidates(question_terms[0]) == set(
-        [i for i, c in enumerate(chunks) if "alpha" in terms[i]][:limit]
+    assert bounded.candidates(question_terms[0], ids) == set(
+        sorted((i for i, c in enumerate(chunks) if "alpha" in terms[i]), key=ids.__getitem__)[:limit]
     )
     differs = 0
     for question, lexemes in zip(questions, question_terms, strict=True):
@@ -383,16 +381,38 @@ def test_full_text_candidates_stay_within_the_postings_limit(conn, make_model):
 
 
 def test_postings_follow_the_chunk_table(conn, make_model):
-    """Inserts, updates (text, labels, an embedding only) and deletes of chunk rows leave the packed postings and the
-    statistics equal to what the chunk table holds: through new blocks, a word outgrowing its block into slices, and
-    slices emptied again; a deleted chunk's words are nowhere in them."""
+    """Inserts, updates (text, labels, an embedding only) and deletes of chunk rows leave the postings and the
+    statistics equal to what the chunk table holds."""
     make_model("f", DIMS, model_name=str(DIMS))
     chunks = store_rows(conn, "f", {f"{name}.md": DOCUMENTS[name] for name in sorted(DOCUMENTS)[:3]})
     (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
     table = f"toolkit.chunks_v{int(version)}"
-    terms = conn.execute("SELECT toolkit._postings_table(%s)", (version,)).fetchone()[0]
-    slice_postings = conn.execute("SELECT slice_postings FROM toolkit._postings_layout()").fetchone()[0]
-    assert_postings_hold_the_chunk_table(conn, version)
+    terms, stats = conn.execute(
+        "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)",
+        (version, version),
+    ).fetchone()
+
+    def check():
+        held = conn.execute(
+            f"SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels"
+            f" FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent ORDER BY 1, 2, 3"
+        ).fetchall()
+        posted = conn.execute(
+            f"SELECT tenant, lexeme, chunk_id, tf, token_count, access_labels FROM {terms} ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert posted == held
+        counted = conn.execute(
+            f"SELECT tenant, access_labels, lexeme, count(*), 0 FROM {terms} GROUP BY 1, 2, 3"
+            f" UNION ALL SELECT tenant, access_labels, '', count(*), sum(token_count) FROM {table}"
+            " WHERE NOT is_parent GROUP BY 1, 2 ORDER BY 1, 2, 3"
+        ).fetchall()
+        summed = conn.execute(
+            f"SELECT tenant, access_labels, lexeme, sum(df), sum(tokens) FROM {stats} GROUP BY 1, 2, 3"
+            " HAVING sum(df) <> 0 OR sum(tokens) <> 0 ORDER BY 1, 2, 3"
+        ).fetchall()
+        assert [(*r[:3], int(r[3]), int(r[4])) for r in summed] == [(*r[:3], int(r[3]), int(r[4])) for r in counted]
+
+    check()
     first, second, third = chunks[0].chunk_id, chunks[1].chunk_id, chunks[2].chunk_id
     conn.execute(
         f"UPDATE {table} SET text = text || ' zymurgy zymurgy', token_count = token_count + 2 WHERE chunk_id = %s",
@@ -401,93 +421,49 @@ def test_postings_follow_the_chunk_table(conn, make_model):
     conn.execute(f"UPDATE {table} SET access_labels = '{{hr}}' WHERE chunk_id = ANY (%s)", ([second, third],))
     conn.execute(f"UPDATE {table} SET embedding = NULL WHERE chunk_id = %s", (third,))
     conn.execute(f"DELETE FROM {table} WHERE doc_id = %s", (chunks[-1].doc_id,))
-    assert_postings_hold_the_chunk_table(conn, version)
-    # A word held by more chunks than a block keeps: it moves to slices; rare words of their own fill new blocks.
-    many = slice_postings + slice_postings // 2
-    insert = (
-        f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
-        " token_count) SELECT %s, 'w' || i, 'words.md', i, 0, 20, 'quixotic word' || i, 'h', 2"
-        " FROM generate_series(%s::integer, %s::integer) AS i"
+    check()
+    assert conn.execute(f"SELECT sum(df) FROM {stats} WHERE lexeme = 'zymurgi'").fetchone()[0] == 1
+    conn.execute("SELECT toolkit._fold_term_stats(%s)", (version,))
+    check()
+    assert (
+        conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {stats} GROUP BY tenant, access_labels, lexeme"
+            " HAVING count(*) > 1) AS x"
+        ).fetchone()[0]
+        == 0
     )
-    conn.execute(insert, (TENANT, 1, many // 2))
-    conn.execute(insert, (TENANT, many // 2 + 1, many))
-    assert_postings_hold_the_chunk_table(conn, version)
-    assert conn.execute(f"SELECT count(*) FROM {terms} WHERE lexeme = 'quixot' AND part > 0").fetchone()[0] >= 2
-    conn.execute(f"DELETE FROM {table} WHERE doc_id = 'words.md' AND position % 3 = 0")
-    conn.execute(f"UPDATE {table} SET access_labels = '{{eng}}' WHERE doc_id = 'words.md' AND position % 3 = 1")
-    assert_postings_hold_the_chunk_table(conn, version)
-    conn.execute(f"DELETE FROM {table} WHERE doc_id = 'words.md'")
-    assert_postings_hold_the_chunk_table(conn, version)
-    leftovers = conn.execute(
-        f"SELECT count(*) FROM {terms} WHERE part > 0 OR 'quixot' = ANY (lexemes) OR 'word7' = ANY (lexemes)"
-    ).fetchone()[0]
-    assert leftovers == 0
 
 
-def test_writers_of_one_tenant_take_turns_and_other_tenants_do_not_wait(conn, database_url, make_model):
-    """Two open transactions write chunks of the same tenant and label set: the second waits for the first (its
-    lock_timeout expires while the first is open), then writes once the first has committed; a writer of another
-    tenant does not wait at all. The postings hold the chunk table at the end."""
-    from psycopg import errors as pg_errors
-
+def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, database_url, make_model):
+    """Two open transactions write chunks holding the same lexemes, one of them folding the statistics: the other
+    neither waits (a lock wait would exceed its lock_timeout and fail) nor folds; both commit and the statistics sum
+    to what the chunk table holds."""
     from toolkit.db.connection import connect
 
     make_model("c", DIMS, model_name=str(DIMS))
     store_rows(conn, "c", {"seed.md": "alpha beta gamma"})
     (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
     table = f"toolkit.chunks_v{int(version)}"
+    stats = conn.execute("SELECT toolkit._statistics_table(%s)", (version,)).fetchone()[0]
     insert = (
         f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
         " token_count) VALUES (%s, %s, %s, 0, 0, 16, 'alpha beta delta', 'h', 3)"
     )
-    # The postings alone: the registry's change record (version_rows_changed, which makes a verification stale)
-    # updates the version's row, so writers of a live version do queue there, once per transaction.
+    # The postings' statistics alone: the registry's change record (version_rows_changed, which makes a verification
+    # stale) updates the version's row, so writers of a live version do queue there, once per transaction.
     conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER version_rows_changed")
-    with connect(database_url) as first, connect(database_url) as second, connect(database_url) as other:
+    with connect(database_url) as first, connect(database_url) as second:
         first.execute(insert, (TENANT, "one", "one.md"))
-        second.execute("SET lock_timeout = '200ms'")
-        with pytest.raises(pg_errors.LockNotAvailable):
-            second.execute(insert, (TENANT, "two", "two.md"))
-        second.rollback()
-        other.execute("SET lock_timeout = '5s'")
-        other.execute(insert, ("globex", "three", "three.md"))
-        first.commit()
+        assert first.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        second.execute("SET lock_timeout = '5s'")
         second.execute(insert, (TENANT, "two", "two.md"))
+        assert not second.execute("SELECT toolkit._fold_term_stats(%s)", (version,)).fetchone()[0]
+        first.commit()
         second.commit()
-        other.commit()
-    assert_postings_hold_the_chunk_table(conn, version)
     counted = conn.execute(
-        f"SELECT count(*) FROM {table} AS c WHERE c.tenant = %s AND c.fts @@ 'alpha'::tsquery", (TENANT,)
-    ).fetchone()[0]
-    assert counted == 3
-
-
-def test_a_word_in_many_chunks_of_two_tenants_gives_each_reader_only_its_own_slices(conn, make_model):
-    """A word held by more chunks than a block keeps, in two tenants whose rows interleave: the bounded candidate
-    list of one tenant's reader (the rarest word's first chunks) is its own first chunks in the order they were
-    stored, never the other tenant's, and every chunk of its own when no limit applies."""
-    make_model("s", DIMS, model_name=str(DIMS))
-    store_rows(conn, "s", {"seed.md": "alpha beta gamma"})
-    (version,) = conn.execute("SELECT toolkit.active_version()").fetchone()
-    table = f"toolkit.chunks_v{int(version)}"
-    slice_postings = conn.execute("SELECT slice_postings FROM toolkit._postings_layout()").fetchone()[0]
-    many = slice_postings + slice_postings // 4
-    conn.execute(
-        f"INSERT INTO {table} (tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash,"
-        " token_count) SELECT CASE WHEN i %% 2 = 0 THEN %s ELSE 'globex' END, 'w' || i, 'words.md', i, 0, 20,"
-        " 'quixotic word', 'h', 2 FROM generate_series(1, %s::integer) AS i",
-        (TENANT, 2 * many),
-    )
-    terms = conn.execute("SELECT toolkit._postings_table(%s)", (version,)).fetchone()[0]
-    assert conn.execute(f"SELECT count(DISTINCT tenant) FROM {terms} WHERE part > 0").fetchone()[0] == 2
-    own = [
-        r[0]
-        for r in conn.execute(
-            f"SELECT chunk_id FROM {table} WHERE tenant = %s AND text = 'quixotic word' ORDER BY ordinal", (TENANT,)
-        )
-    ]
-    assert len(own) == many
-    bounded = "SELECT chunk_id FROM toolkit._read_text_matches(%s, '{}', 'quixot', %s, ARRAY['quixot'])"
-    assert [r[0] for r in as_reader(conn, bounded + " ORDER BY 1", (version, 10))] == sorted(own[:10])
-    every = "SELECT chunk_id FROM toolkit._read_text_matches(%s, ARRAY['quixot'], NULL, NULL, ARRAY['quixot'])"
-    assert sorted(r[0] for r in as_reader(conn, every, (version,))) == sorted(own)
+        f"SELECT l.lexeme, count(*) FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    summed = conn.execute(
+        f"SELECT lexeme, sum(df)::bigint FROM {stats} WHERE lexeme <> '' GROUP BY 1 HAVING sum(df) <> 0 ORDER BY 1"
+    ).fetchall()
+    assert summed == counted and ("alpha", 3) in counted

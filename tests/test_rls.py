@@ -167,7 +167,7 @@ def test_full_text_postings_and_statistics_keep_tenants_and_labels_apart(conn, l
     for table in (terms, stats):
         with pytest.raises(pg_errors.InsufficientPrivilege):
             as_reader(conn, f"SELECT count(*) FROM {table}", tenant="a")
-    postings = "SELECT chunk_id FROM toolkit._read_text_matches(%s, ARRAY['text'], NULL, NULL, ARRAY['text'])"
+    postings = "SELECT chunk_id FROM toolkit._read_postings(%s, ARRAY['text'])"
     statistics = "SELECT lexeme, df FROM toolkit._read_term_stats(%s, ARRAY['', 'text', '1'])"
     assert as_reader(conn, postings, (v,)) == []  # no tenant, no rows
     assert as_reader(conn, statistics, (v,)) == []
@@ -197,7 +197,7 @@ def test_full_text_postings_and_statistics_keep_tenants_and_labels_apart(conn, l
     with pytest.raises(pg_errors.InsufficientPrivilege):
         as_reader(
             conn,
-            f"INSERT INTO {terms} (tenant, lexeme, part, chunks) VALUES ('a', 'x', 0, '{{1}}')",
+            f"INSERT INTO {terms} (tenant, lexeme, chunk_id, tf, token_count) VALUES ('a', 'x', 'x', 1, 1)",
             tenant="a",
         )
     with pytest.raises(pg_errors.InsufficientPrivilege):

@@ -180,7 +180,7 @@ def test_chunk_table_is_the_qualified_version_table(conn, make_model):
 
 def test_postings_and_statistics_tables_are_the_qualified_bare_names(conn, make_model):
     make_model("m", 8)
-    version = ready_version(conn, "m", 8, {"a": 3})  # the postings are built when a version becomes ready
+    version = create_version(conn, "m", "fixed:20:0", "fixed:20:0@postings-names")
     row = conn.execute(
         "SELECT toolkit._postings_table(%s), toolkit._terms_table(%s), to_regclass(toolkit._postings_table(%s)),"
         " toolkit._statistics_table(%s), toolkit._term_stats_table(%s), to_regclass(toolkit._statistics_table(%s))",
@@ -189,19 +189,18 @@ def test_postings_and_statistics_tables_are_the_qualified_bare_names(conn, make_
     postings, terms, postings_oid, statistics, term_stats, statistics_oid = row
     assert postings == f"toolkit.{terms}" and statistics == f"toolkit.{term_stats}"
     assert postings != statistics
-    assert postings_oid is not None and statistics_oid is not None  # name the tables mark_version_ready made
+    assert postings_oid is not None and statistics_oid is not None  # name the tables create_version made
 
 
 def test_chunk_columns_are_the_tables_columns(conn, make_model):
     """CHUNK_COLUMNS and their COPY types are exactly the columns a writer supplies to a version SQL created
-    (all but the defaulted updated_at, the generated fts and the identity ordinal), in both storages."""
+    (all but the defaulted updated_at and the generated fts), in both storages."""
     make_model("m", 8)
     for storage, vector_type in (("vector", "vector(8)"), ("halfvec", "halfvec(8)")):
         version = create_version(conn, "m", "fixed:20:0", f"fixed:20:0@{storage}", storage=storage)
         rows = conn.execute(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute AS a"
             " WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''"
-            " AND a.attidentity = ''"
             " AND a.attname <> 'updated_at' ORDER BY a.attnum",
             (chunk_table_name(conn, version).as_string(conn),),
         ).fetchall()

@@ -102,19 +102,12 @@ AS $$
 $$;
 
 -- Full-text postings. ts_match_vq (@@) is not leakproof, so under row-level security the planner may not use a
--- GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version ready to serve
--- therefore keeps its own postings, packed as a GIN index packs them, with the chunk table's row-level security:
---   terms_vN: per tenant and label set (access_labels), blocks of the lexicon (part 0, keyed by their first lexeme:
---     a lexeme is in the block with the greatest key at or below it) holding each lexeme, its document frequency
---     (dfs), and the chunks holding it (chunks: the chunk table's ordinal of each, ascending, as an integer offset
---     from the row's base; ends: where each lexeme's run ends), about block_weight entries and postings a block; a
---     lexeme held by more than slice_postings chunks keeps them in slices of its own (part: the slice's first
---     ordinal, also its base), not in its block.
---   term_stats_vN: per tenant and label set, its chunks (N) and their tokens.
--- The term frequencies are not stored: a search reads them from the candidate chunks' own tsvector. Built in bulk
--- when a version becomes ready (a backfill writes none), kept by statement triggers on the chunk table afterwards,
--- which rewrite the blocks and slices a statement's lexemes fall in (writers of one tenant and label set take
--- turns: the set's statistics row is their lock).
+-- chunk table's GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version
+-- therefore keeps its lexemes in a postings table, terms_vN (tenant, lexeme, chunk_id; with the lexeme's count tf,
+-- the chunk's token_count and access labels included in the key's index, so searches read the index alone), whose
+-- btree answers "which chunks hold this lexeme" with text equality, which is leakproof; and the statistics BM25 needs in
+-- term_stats_vN: per tenant, label set and lexeme the chunks holding it (df), and under the lexeme '' the chunk count
+-- (in df) and their tokens. Both carry the chunk table's row-level security; triggers on the chunk table keep them.
 
 -- Returns the bare name of a version's postings table (terms_vN): what the names derived from it start with. A
 -- statement names the table itself with toolkit._postings_table below, never with this.
@@ -199,130 +192,8 @@ AS $$
     SELECT toolkit.current_tenant(), toolkit.current_principals();
 $$;
 
-
--- Returns how postings are packed (see above): the entries and postings a lexicon block holds about (a lexeme 1, each
--- of its chunks 1), and the most postings a lexeme keeps in its block, which is also a slice's size.
-CREATE OR REPLACE FUNCTION toolkit._postings_layout()
-RETURNS TABLE (block_weight integer, slice_postings integer)
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    -- Measured in docs/benchmarks.md ("Keyword search at the cost of an index"): 2,048 keeps a block's arrays a
-    -- few kB compressed (read whole for one lexeme) and the rows few enough that their headers do not count.
-    SELECT 2048, 2048;
-$$;
-
--- Returns ordinals (ascending bigints) as the integer offsets a postings row keeps from its base (the first).
-CREATE OR REPLACE FUNCTION toolkit._postings_offsets(ordinals bigint[], base bigint)
-RETURNS integer[]
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT ARRAY(SELECT (u.id - base)::integer FROM unnest(ordinals) WITH ORDINALITY AS u (id, n) ORDER BY u.n);
-$$;
-
--- Returns the ordinals a postings row's offsets stand for (see _postings_offsets).
-CREATE OR REPLACE FUNCTION toolkit._postings_ordinals(offsets integer[], base bigint)
-RETURNS bigint[]
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT ARRAY(SELECT base + u.o FROM unnest(offsets) WITH ORDINALITY AS u (o, n) ORDER BY u.n);
-$$;
-
--- Returns a statement's text that writes packed postings into a version's terms_vN (terms) from entries: a query
--- of (tenant, access_labels, range, lexeme, df integer, ids bigint[]) rows, one per lexeme of a tenant and label
--- set, ids its chunks' ordinals (any order, no duplicates) or NULL for a lexeme whose slices hold them already (only
--- its df is written, in its block); range: the block the lexeme was in (NULL: none), blocks being cut within a
--- range only, so each lexeme stays in the block with the greatest key at or below it. A lexeme of df 0 is left out.
--- ctes: common table expressions (each followed by a comma) the entries query may use; with them, the rows are
--- written after the one named gone (the deletion of what they replace) has run.
-CREATE OR REPLACE FUNCTION toolkit._pack_postings_sql(terms text, entries text, ctes text DEFAULT NULL)
-RETURNS text
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT format(
-        'WITH %5$s entries AS MATERIALIZED (SELECT e.tenant, e.access_labels, e.range, e.lexeme, e.df, e.ids,'
-        '  e.ids IS NULL OR cardinality(e.ids) > %4$s AS long FROM (%2$s) AS e WHERE e.df > 0),'
-        ' weighed AS (SELECT e.tenant, e.access_labels, e.range, e.lexeme, e.df,'
-        '  CASE WHEN e.long THEN 0 ELSE cardinality(e.ids) END AS stored FROM entries AS e),'
-        ' blocked AS (SELECT w.*, (sum(1 + w.stored) OVER (PARTITION BY w.tenant, w.access_labels, w.range'
-        '  ORDER BY w.lexeme COLLATE "C") - 1 - w.stored) / %3$s AS block FROM weighed AS w),'
-        ' ended AS (SELECT b.*, sum(b.stored) OVER (PARTITION BY b.tenant, b.access_labels, b.range, b.block'
-        '  ORDER BY b.lexeme COLLATE "C")::integer AS ends FROM blocked AS b),'
-        ' lexicon AS (SELECT x.tenant, x.access_labels, x.range, x.block, min(x.lexeme COLLATE "C") AS lexeme,'
-        '  array_agg(x.lexeme ORDER BY x.lexeme COLLATE "C") AS lexemes,'
-        '  array_agg(x.df ORDER BY x.lexeme COLLATE "C") AS dfs,'
-        '  array_agg(x.ends ORDER BY x.lexeme COLLATE "C") AS ends FROM ended AS x GROUP BY 1, 2, 3, 4),'
-        ' held AS (SELECT x.tenant, x.access_labels, x.range, x.block, min(u.id) AS base,'
-        '  array_agg(u.id ORDER BY x.lexeme COLLATE "C", u.id) AS chunks'
-        '  FROM ended AS x INNER JOIN entries AS e ON e.tenant = x.tenant AND e.access_labels = x.access_labels'
-        '   AND e.range IS NOT DISTINCT FROM x.range AND e.lexeme = x.lexeme AND NOT e.long'
-        '  CROSS JOIN LATERAL unnest(e.ids) AS u (id) GROUP BY 1, 2, 3, 4),'
-        ' sliced AS (SELECT e.tenant, e.access_labels, e.lexeme, (u.n - 1) / %4$s AS slice,'
-        '  array_agg(u.id ORDER BY u.id) AS chunks'
-        '  FROM entries AS e CROSS JOIN LATERAL (SELECT v.id, row_number() OVER (ORDER BY v.id) AS n'
-        '   FROM unnest(e.ids) AS v (id)) AS u WHERE e.long AND e.ids IS NOT NULL GROUP BY 1, 2, 3, 4)'
-        ' INSERT INTO %1$s (tenant, access_labels, lexeme, part, lexemes, dfs, ends, base, chunks)'
-        ' SELECT l.tenant, l.access_labels, l.lexeme, 0, l.lexemes, l.dfs, l.ends, coalesce(h.base, 0),'
-        '  coalesce(toolkit._postings_offsets(h.chunks, h.base), ''{}'')'
-        ' FROM lexicon AS l LEFT JOIN held AS h ON h.tenant = l.tenant AND h.access_labels = l.access_labels'
-        '  AND h.range IS NOT DISTINCT FROM l.range AND h.block = l.block%6$s'
-        ' UNION ALL SELECT s.tenant, s.access_labels, s.lexeme, s.chunks[1], NULL, NULL, NULL, s.chunks[1],'
-        '  toolkit._postings_offsets(s.chunks, s.chunks[1])'
-        ' FROM sliced AS s%6$s',
-        terms, entries, l.block_weight, l.slice_postings, coalesce(ctes, ''),
-        CASE WHEN ctes IS NOT NULL THEN ' WHERE (SELECT count(*) FROM gone) >= 0' ELSE '' END)
-    FROM toolkit._postings_layout() AS l;
-$$;
-
--- Returns the query of a lexeme's block in a version's terms_vN (terms) for a tenant and label set: the row with
--- the greatest key at or below the lexeme (%s placeholders: the table's alias, the tenant, the label set, the lexeme).
-CREATE OR REPLACE FUNCTION toolkit._postings_block_sql(terms text, tenant_sql text, labels_sql text, lexeme_sql text)
-RETURNS text
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT format(
-        'SELECT b.lexeme, b.lexemes, b.dfs, b.ends, b.base, b.chunks FROM %1$s AS b WHERE b.tenant = %2$s'
-        ' AND b.access_labels = %3$s AND b.part = 0 AND b.lexeme <= %4$s ORDER BY b.lexeme DESC LIMIT 1',
-        terms, tenant_sql, labels_sql, lexeme_sql);
-$$;
-
--- Returns the query of the chunks (ordinals, ascending) holding a lexeme in one tenant and label set, at most
--- max_sql of them (the first by ordinal), from its block or its slices (placeholders as _postings_block_sql's).
-CREATE OR REPLACE FUNCTION toolkit._postings_of_sql(
-    terms text, tenant_sql text, labels_sql text, lexeme_sql text, max_sql text
-)
-RETURNS text
-LANGUAGE sql
-IMMUTABLE PARALLEL SAFE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT format(
-        '(SELECT p.id FROM (SELECT b.base + unnest(CASE WHEN x.i IS NOT NULL'
-        '  THEN b.chunks[coalesce(b.ends[x.i - 1], 0) + 1 : b.ends[x.i]] END) AS id'
-        '  FROM (%1$s) AS b CROSS JOIN LATERAL (SELECT array_position(b.lexemes, %5$s) AS i) AS x'
-        '  UNION ALL (SELECT sl.base + unnest(sl.chunks) FROM %2$s AS sl WHERE sl.tenant = %3$s'
-        '   AND sl.access_labels = %4$s AND sl.lexeme = %5$s AND sl.part > 0 ORDER BY sl.part)) AS p LIMIT %6$s)',
-        toolkit._postings_block_sql(terms, tenant_sql, labels_sql, lexeme_sql),
-        terms, tenant_sql, labels_sql, lexeme_sql, max_sql);
-$$;
-
 -- Returns a version's full-text statistics for the given lexemes ('' for the chunk count and their tokens), summed
--- over the tenant and label sets of the reader (the label sets it holds a principal of; every one: every_label):
+-- over the rows of the reader's tenant in the label sets it holds a principal of (every label set: every_label):
 -- lexeme, df, tokens. A lexeme no such chunk holds has no row. Raises undefined_table when the tables are gone.
 -- Run by the definer functions below only (owner's EXECUTE), which decide every_label by who may call them.
 CREATE OR REPLACE FUNCTION toolkit._term_stats_rows(target integer, lexemes text[], every_label boolean)
@@ -340,29 +211,23 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY EXECUTE format(
-        'WITH sets AS MATERIALIZED (SELECT s.tenant, s.access_labels, s.chunks, s.tokens FROM %1$s AS s'
-        '  WHERE s.tenant = $1 AND ($3 OR cardinality(s.access_labels) = 0 OR s.access_labels && $4))'
-        ' SELECT '''', sum(s.chunks)::float8, sum(s.tokens)::float8 FROM sets AS s'
-        ' WHERE '''' = ANY ($2) HAVING sum(s.chunks) > 0'
-        ' UNION ALL SELECT q.lexeme, sum(b.dfs[x.i])::float8, 0::float8'
-        ' FROM sets AS s CROSS JOIN (SELECT DISTINCT l FROM unnest($2) AS l WHERE l <> '''') AS q (lexeme)'
-        ' CROSS JOIN LATERAL (%2$s) AS b CROSS JOIN LATERAL (SELECT array_position(b.lexemes, q.lexeme) AS i) AS x'
-        ' WHERE x.i IS NOT NULL GROUP BY q.lexeme',
-        toolkit._statistics_table(target),
-        toolkit._postings_block_sql(toolkit._postings_table(target), 's.tenant', 's.access_labels', 'q.lexeme'))
+        'SELECT s.lexeme, sum(s.df)::float8, sum(s.tokens)::float8 FROM %s AS s'
+        ' WHERE s.tenant = $1 AND s.lexeme = ANY ($2)'
+        '  AND ($3 OR cardinality(s.access_labels) = 0 OR s.access_labels && $4)'
+        ' GROUP BY s.lexeme HAVING sum(s.df) <> 0 OR sum(s.tokens) <> 0', toolkit._statistics_table(target))
     USING reader.tenant, lexemes, every_label, reader.principals;
 END
 $$;
 
--- Returns the full-text matches a search scores, in the reader's tenant and the label sets it holds a principal of
--- (every label set: every_label): the candidates (the chunks holding a lexeme of chosen; when chosen is empty, the
--- first max_rows chunks holding rarest, by ordinal), each with its token_count and, for each lexeme of known it
--- holds, the lexeme's count in it (tf, from the chunk's own tsvector). Raises undefined_table when the tables are
--- gone. Run by the definer functions below only (owner's EXECUTE), which decide every_label by who may call them.
-CREATE OR REPLACE FUNCTION toolkit._text_match_rows(
-    target integer, chosen text[], rarest text, max_rows integer, known text[], every_label boolean
+-- Returns a version's postings (lexeme, chunk id, tf, the chunk's token_count) of the given lexemes in the reader's
+-- tenant and the label sets it holds a principal of (every label set: every_label): of the given chunks only
+-- (chunk_ids NULL: any); with max_rows, the first max_rows in the key's order (lexeme, then chunk id: an index range,
+-- however many chunks hold the lexeme). Raises undefined_table when the tables are gone.
+-- Run by the definer functions below only (owner's EXECUTE), which decide every_label by who may call them.
+CREATE OR REPLACE FUNCTION toolkit._postings_rows(
+    target integer, lexemes text[], chunk_ids text[], max_rows integer, every_label boolean
 )
-RETURNS TABLE (chunk_id text, token_count integer, lexeme text, tf integer)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
 LANGUAGE plpgsql
 STABLE
 SECURITY INVOKER
@@ -370,30 +235,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     reader record;
-    terms text := toolkit._postings_table(target);
 BEGIN
     SELECT * INTO reader FROM toolkit._postings_caller();
-    IF reader.tenant IS NULL OR (coalesce(cardinality(chosen), 0) = 0 AND rarest IS NULL) THEN
+    IF reader.tenant IS NULL THEN
         RETURN;
     END IF;
     RETURN QUERY EXECUTE format(
-        'WITH sets AS MATERIALIZED (SELECT s.tenant, s.access_labels FROM %1$s AS s'
-        '  WHERE s.tenant = $1 AND ($3 OR cardinality(s.access_labels) = 0 OR s.access_labels && $4)),'
-        ' ids AS MATERIALIZED (SELECT DISTINCT p.id FROM sets AS s'
-        '  CROSS JOIN (SELECT DISTINCT l FROM unnest(CASE WHEN cardinality($5) > 0 THEN $5 END) AS l) AS q (lexeme)'
-        '  CROSS JOIN LATERAL %2$s AS p (id)'
-        '  UNION (SELECT r.id FROM sets AS s CROSS JOIN LATERAL %3$s AS r (id)'
-        '   WHERE coalesce(cardinality($5), 0) = 0 ORDER BY 1 LIMIT $7))'
-        ' SELECT c.chunk_id, c.token_count, l.lexeme, cardinality(l.positions)'
-        ' FROM ids AS k INNER JOIN %4$s AS c ON c.tenant = $1 AND c.ordinal = k.id'
-        ' CROSS JOIN LATERAL unnest(ts_filter(setweight(c.fts, ''A'', $8), ''{a}'')) AS l'
-        ' WHERE c.tenant = $1 AND NOT c.is_parent'
-        '  AND ($3 OR cardinality(c.access_labels) = 0 OR c.access_labels && $4)',
-        toolkit._statistics_table(target),
-        toolkit._postings_of_sql(terms, 's.tenant', 's.access_labels', 'q.lexeme', 'ALL'),
-        toolkit._postings_of_sql(terms, 's.tenant', 's.access_labels', '$6', '$7'),
-        toolkit._chunk_table(target))
-    USING reader.tenant, NULL::text, every_label, reader.principals, chosen, rarest, max_rows, known;
+        'SELECT t.lexeme, t.chunk_id, t.tf, t.token_count FROM %s AS t'
+        ' WHERE t.tenant = $1 AND t.lexeme = ANY ($2)'
+        '  AND ($3 OR cardinality(t.access_labels) = 0 OR t.access_labels && $4)%s%s',
+        toolkit._postings_table(target),
+        CASE WHEN chunk_ids IS NULL THEN '' ELSE ' AND t.chunk_id = ANY ($5)' END,
+        CASE WHEN max_rows IS NULL THEN '' ELSE ' ORDER BY t.lexeme, t.chunk_id LIMIT $6' END)
+    USING reader.tenant, lexemes, every_label, reader.principals, chunk_ids, max_rows;
 END
 $$;
 
@@ -424,36 +278,36 @@ AS $$
     SELECT s.lexeme, s.df, s.tokens FROM toolkit._term_stats_rows(target, lexemes, true) AS s;
 $$;
 
--- Returns the full-text matches a search scores (see _text_match_rows) among the chunks the caller may read: its
--- tenant's, in the label sets it holds a principal of. Every role that searches may run it.
+-- Returns a version's postings of the given lexemes that the caller may read: its tenant's, in the label sets it
+-- holds a principal of (see _postings_rows for chunk_ids and max_rows). Every role that searches may run it.
 -- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
-CREATE OR REPLACE FUNCTION toolkit._read_text_matches(
-    target integer, chosen text[], rarest text, max_rows integer, known text[]
+CREATE OR REPLACE FUNCTION toolkit._read_postings(
+    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
 )
-RETURNS TABLE (chunk_id text, token_count integer, lexeme text, tf integer)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT m.chunk_id, m.token_count, m.lexeme, m.tf
-    FROM toolkit._text_match_rows(target, chosen, rarest, max_rows, known, false) AS m;
+    SELECT p.lexeme, p.chunk_id, p.tf, p.token_count
+    FROM toolkit._postings_rows(target, lexemes, chunk_ids, max_rows, false) AS p;
 $$;
 
--- Returns the full-text matches a search scores in the caller's tenant over every label set, as the policies show
+-- Returns a version's postings of the given lexemes in the caller's tenant over every label set, as the policies show
 -- them to a service role (see _read_term_stats_service); only the writer and the owner may run it.
 -- Definer: no role below the owner may read terms_vN (see _grant_text_postings); this applies its policies.
-CREATE OR REPLACE FUNCTION toolkit._read_text_matches_service(
-    target integer, chosen text[], rarest text, max_rows integer, known text[]
+CREATE OR REPLACE FUNCTION toolkit._read_postings_service(
+    target integer, lexemes text[], chunk_ids text[] DEFAULT NULL, max_rows integer DEFAULT NULL
 )
-RETURNS TABLE (chunk_id text, token_count integer, lexeme text, tf integer)
+RETURNS TABLE (lexeme text, chunk_id text, tf integer, token_count integer)
 LANGUAGE sql
 STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT m.chunk_id, m.token_count, m.lexeme, m.tf
-    FROM toolkit._text_match_rows(target, chosen, rarest, max_rows, known, true) AS m;
+    SELECT p.lexeme, p.chunk_id, p.tf, p.token_count
+    FROM toolkit._postings_rows(target, lexemes, chunk_ids, max_rows, true) AS p;
 $$;
 
 -- Returns the function a search reads the full-text statistics through, as the caller: every label set for a service
@@ -469,16 +323,16 @@ AS $$
         ELSE 'toolkit._read_term_stats' END;
 $$;
 
--- Returns the function a search reads its full-text matches through, as the caller (see _read_term_stats_function).
-CREATE OR REPLACE FUNCTION toolkit._read_text_matches_function()
+-- Returns the function a search reads the full-text postings through, as the caller (see _read_term_stats_function).
+CREATE OR REPLACE FUNCTION toolkit._read_postings_function()
 RETURNS text
 LANGUAGE sql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN toolkit._is_service_role() THEN 'toolkit._read_text_matches_service'
-        ELSE 'toolkit._read_text_matches' END;
+    SELECT CASE WHEN toolkit._is_service_role() THEN 'toolkit._read_postings_service'
+        ELSE 'toolkit._read_postings' END;
 $$;
 
 -- (Re)applies the chunk table's row-level security (tenant isolation, access labels) to a version's postings and
@@ -506,8 +360,94 @@ BEGIN
 END
 $$;
 
+-- Folds the statistics' delta rows into one row per tenant, label set and lexeme: every key (keys NULL), or the keys
+-- of the rows in the given tenants, label sets (as text) and lexemes. A key whose rows sum to nothing is left with
+-- no row. Rows that other transactions are still adding are left for a later fold. Returns false, doing nothing, when
+-- another transaction is folding (it holds the table's SHARE UPDATE EXCLUSIVE lock, which writers of deltas and
+-- readers do not conflict with) or the transaction is not READ COMMITTED (a snapshot older than the lock could miss
+-- another fold's work).
+CREATE OR REPLACE FUNCTION toolkit._fold_term_stats(
+    target integer, tenants text[] DEFAULT NULL, label_sets text[] DEFAULT NULL, lexemes text[] DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN false;
+    END IF;
+    BEGIN
+        EXECUTE format('LOCK TABLE %s IN SHARE UPDATE EXCLUSIVE MODE NOWAIT', toolkit._statistics_table(target));
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    PERFORM toolkit._merge_term_stats(target, tenants, label_sets, lexemes);
+    RETURN true;
+END
+$$;
+
+-- The fold itself (see _fold_term_stats), for a caller that holds the statistics' SHARE UPDATE EXCLUSIVE lock: the
+-- rows of each key it can see become one row with their sums, or none when they sum to nothing.
+CREATE OR REPLACE FUNCTION toolkit._merge_term_stats(
+    target integer, tenants text[], label_sets text[], lexemes text[]
+)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    stats text := toolkit._statistics_table(target);
+BEGIN
+    IF tenants IS NULL THEN
+        EXECUTE format(
+            'WITH gone AS (DELETE FROM %1$s AS s RETURNING s.*)'
+            ' INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
+            ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats);
+    ELSE
+        EXECUTE format(
+            'WITH keys AS (SELECT DISTINCT k.tenant, k.labels::text[] AS labels, k.lexeme'
+            '  FROM unnest($1, $2, $3) AS k (tenant, labels, lexeme)),'
+            ' gone AS (DELETE FROM %1$s AS s USING keys AS k'
+            '  WHERE s.tenant = k.tenant AND s.lexeme = k.lexeme AND s.access_labels = k.labels RETURNING s.*)'
+            ' INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT g.tenant, g.access_labels, g.lexeme, sum(g.df), sum(g.tokens) FROM gone AS g'
+            ' GROUP BY 1, 2, 3 HAVING sum(g.df) <> 0 OR sum(g.tokens) <> 0', stats)
+            USING tenants, label_sets, lexemes;
+    END IF;
+END
+$$;
+
+-- Nets out the statistics of chunks just deleted (toolkit.delete_documents): the keys of one tenant, label sets (as
+-- text) and lexemes are folded now, in the caller's transaction, waiting for a fold in progress, so no key keeps
+-- rows (a +1 and its -1) that exist only because of a deleted document. In REPEATABLE READ or SERIALIZABLE a fold
+-- another transaction committed after this one's snapshot makes it fail with a serialization error (retry), never
+-- fold wrongly.
+CREATE OR REPLACE FUNCTION toolkit._net_term_stats(target integer, tenant text, label_sets text[], lexemes text[])
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF cardinality(lexemes) > 0 THEN
+        PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
+            format('netting out the full-text statistics of version %s', target), '30s');
+        PERFORM toolkit._merge_term_stats(
+            target, array_fill(tenant, ARRAY[cardinality(lexemes)]), label_sets, lexemes);
+    END IF;
+END
+$$;
+
 -- Removes every postings and statistics row of a tenant from a version (toolkit.erase_tenant, after deleting the
--- tenant's chunks, whose trigger removed their postings already), in the caller's transaction.
+-- tenant's chunks), in the caller's transaction, after a fold in progress: nothing of the tenant is left, not even
+-- keys whose rows sum to nothing. Rows a writer of the tenant has not committed yet stay, with their chunks.
 CREATE OR REPLACE FUNCTION toolkit._erase_text_postings(target integer, tenant text)
 RETURNS void
 LANGUAGE plpgsql
@@ -516,19 +456,18 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF to_regclass(toolkit._postings_table(target)) IS NOT NULL THEN
-        EXECUTE format('DELETE FROM %s AS s WHERE s.tenant = $1', toolkit._statistics_table(target)) USING tenant;
-        EXECUTE format('DELETE FROM %s AS t WHERE t.tenant = $1', toolkit._postings_table(target)) USING tenant;
-    END IF;
+    PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
+        format('erasing a tenant from the full-text statistics of version %s', target), '30s');
+    EXECUTE format('DELETE FROM %s AS s WHERE s.tenant = $1', toolkit._statistics_table(target)) USING tenant;
+    EXECUTE format('DELETE FROM %s AS t WHERE t.tenant = $1', toolkit._postings_table(target)) USING tenant;
 END
 $$;
 
 -- Keeps a version's postings and statistics (argument: the version) after a statement on its chunk table: the
--- lexemes of rows deleted, inserted or changed (tenant, ordinal, parent flag, labels, tsvector or token count) leave
--- or join the postings. Each tenant and label set's statistics row is updated first, which locks it until the
--- transaction ends (writers of one set take turns; under REPEATABLE READ a writer that would overwrite another's
--- work fails with a serialization error instead); then the slices of lexemes that have them, then the lexicon blocks
--- the statement's lexemes fall in, each rewritten whole.
+-- lexemes of rows deleted, inserted or changed (tenant, chunk id, parent flag, labels, tsvector or token count) leave
+-- or join the postings; the statistics get one delta row per key (appended, never updated, so concurrent writers of
+-- the same lexeme do not wait for each other), folded now and then when no other transaction is folding. Postings
+-- are written in key order (neighbouring keys share index pages).
 -- Definer: writes the postings and statistics, which only the owner may write.
 CREATE OR REPLACE FUNCTION toolkit._text_postings_trigger()
 RETURNS trigger
@@ -541,113 +480,61 @@ DECLARE
     target integer := TG_ARGV[0]::integer;
     terms text := toolkit._postings_table(target);
     stats text := toolkit._statistics_table(target);
-    same text := 'n.tenant = o.tenant AND n.ordinal = o.ordinal AND n.is_parent = o.is_parent'
+    same text := 'n.tenant = o.tenant AND n.chunk_id = o.chunk_id AND n.is_parent = o.is_parent'
         ' AND n.access_labels = o.access_labels AND n.token_count = o.token_count AND n.fts = o.fts';
-    removed text := 'SELECT NULL::text AS tenant, NULL::text[] AS access_labels, NULL::bigint AS ordinal,'
+    removed text := 'SELECT NULL::text AS tenant, NULL::text AS chunk_id, NULL::text[] AS access_labels,'
         ' NULL::integer AS token_count, NULL::tsvector AS fts WHERE false';
     added text := removed;
-    changes text;
-    lexemes text;
-    layout record;
-    written bigint;
+    keys record;
 BEGIN
-    SELECT * INTO layout FROM toolkit._postings_layout();
     IF TG_OP = 'DELETE' THEN
-        removed := 'SELECT o.tenant, o.access_labels, o.ordinal, o.token_count, o.fts FROM old_rows AS o'
+        removed := 'SELECT o.tenant, o.chunk_id, o.access_labels, o.token_count, o.fts FROM old_rows AS o'
             ' WHERE NOT o.is_parent';
     ELSIF TG_OP = 'INSERT' THEN
-        added := 'SELECT n.tenant, n.access_labels, n.ordinal, n.token_count, n.fts FROM new_rows AS n'
+        added := 'SELECT n.tenant, n.chunk_id, n.access_labels, n.token_count, n.fts FROM new_rows AS n'
             ' WHERE NOT n.is_parent';
     ELSE
-        removed := 'SELECT o.tenant, o.access_labels, o.ordinal, o.token_count, o.fts FROM old_rows AS o'
+        removed := 'SELECT o.tenant, o.chunk_id, o.access_labels, o.token_count, o.fts FROM old_rows AS o'
             ' WHERE NOT o.is_parent AND NOT EXISTS (SELECT FROM new_rows AS n WHERE ' || same || ')';
-        added := 'SELECT n.tenant, n.access_labels, n.ordinal, n.token_count, n.fts FROM new_rows AS n'
+        added := 'SELECT n.tenant, n.chunk_id, n.access_labels, n.token_count, n.fts FROM new_rows AS n'
             ' WHERE NOT n.is_parent AND NOT EXISTS (SELECT FROM old_rows AS o WHERE ' || same || ')';
     END IF;
-    changes := format('SELECT -1 AS sign, r.* FROM (%s) AS r UNION ALL SELECT 1, r.* FROM (%s) AS r', removed, added);
-    -- The statistics, set by set in key order (the sets' lock).
-    EXECUTE format(
-        'INSERT INTO %1$s AS s (tenant, access_labels, chunks, tokens)'
-        ' SELECT c.tenant, c.access_labels, sum(c.sign), sum(c.sign * c.token_count) FROM (%2$s) AS c'
-        ' GROUP BY 1, 2 ORDER BY 1, 2'
-        ' ON CONFLICT (tenant, access_labels) DO UPDATE'
-        ' SET chunks = s.chunks + excluded.chunks, tokens = s.tokens + excluded.tokens', stats, changes);
-    GET DIAGNOSTICS written = ROW_COUNT;
-    IF written = 0 THEN
-        RETURN NULL;
+    IF TG_OP <> 'INSERT' THEN
+        EXECUTE format(
+            'DELETE FROM %s AS t USING (SELECT r.tenant, l.lexeme, r.chunk_id'
+            '  FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l) AS x'
+            ' WHERE t.tenant = x.tenant AND t.lexeme = x.lexeme AND t.chunk_id = x.chunk_id', terms, removed);
     END IF;
-    EXECUTE format('DELETE FROM %s AS s WHERE s.chunks = 0 AND (s.tenant, s.access_labels) IN'
-        ' (SELECT c.tenant, c.access_labels FROM (%s) AS c)', stats, changes);
-    -- Each (set, lexeme, chunk) once, with its net change (a row updated in place leaves its words where they are).
-    lexemes := format(
-        'SELECT c.tenant, c.access_labels, l.lexeme, c.ordinal, sum(c.sign)::integer AS sign FROM (%s) AS c'
-        ' CROSS JOIN LATERAL unnest(tsvector_to_array(c.fts)) AS l (lexeme) GROUP BY 1, 2, 3, 4'
-        ' HAVING sum(c.sign) <> 0', changes);
-    -- Slices: each change to the slice its ordinal falls in (the last whose first ordinal is at or below it, else
-    -- the first), each slice touched rewritten (split in slice_postings, gone when empty).
+    IF TG_OP <> 'DELETE' THEN
+        EXECUTE format(
+            'INSERT INTO %s (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT r.tenant, l.lexeme, r.chunk_id, cardinality(l.positions), r.token_count, r.access_labels'
+            ' FROM (%s) AS r CROSS JOIN LATERAL unnest(r.fts) AS l ORDER BY 1, 2, 3', terms, added);
+    END IF;
     EXECUTE format(
-        'WITH ch AS MATERIALIZED (SELECT x.*, coalesce('
-        '  (SELECT t.part FROM %1$s AS t WHERE t.tenant = x.tenant AND t.access_labels = x.access_labels'
-        '   AND t.lexeme = x.lexeme AND t.part > 0 AND t.part <= x.ordinal ORDER BY t.part DESC LIMIT 1),'
-        '  (SELECT t.part FROM %1$s AS t WHERE t.tenant = x.tenant AND t.access_labels = x.access_labels'
-        '   AND t.lexeme = x.lexeme AND t.part > 0 ORDER BY t.part LIMIT 1)) AS part FROM (%2$s) AS x),'
-        ' touched AS (SELECT c.tenant, c.access_labels, c.lexeme, c.part,'
-        '  array_agg(c.ordinal) FILTER (WHERE c.sign > 0) AS added,'
-        '  array_agg(c.ordinal) FILTER (WHERE c.sign < 0) AS removed FROM ch AS c WHERE c.part IS NOT NULL'
-        '  GROUP BY 1, 2, 3, 4),'
-        ' merged AS MATERIALIZED (SELECT t.tenant, t.access_labels, t.lexeme, t.part, ARRAY(SELECT DISTINCT i'
-        '  FROM unnest(toolkit._postings_ordinals(s.chunks, s.base) || coalesce(t.added, ''{}''))'
-        '  AS i WHERE i <> ALL (coalesce(t.removed, ''{}''))'
-        '  ORDER BY i) AS ids FROM touched AS t INNER JOIN %1$s AS s ON s.tenant = t.tenant'
-        '  AND s.access_labels = t.access_labels AND s.lexeme = t.lexeme AND s.part = t.part),'
-        ' gone AS (DELETE FROM %1$s AS s USING touched AS t WHERE s.tenant = t.tenant'
-        '  AND s.access_labels = t.access_labels AND s.lexeme = t.lexeme AND s.part = t.part RETURNING 1),'
-        ' sliced AS (SELECT m.tenant, m.access_labels, m.lexeme, m.part, (u.n - 1) / %3$s AS slice,'
-        '  array_agg(u.id ORDER BY u.n) AS chunks FROM merged AS m'
-        '  CROSS JOIN LATERAL unnest(m.ids) WITH ORDINALITY AS u (id, n) GROUP BY 1, 2, 3, 4, 5)'
-        ' INSERT INTO %1$s (tenant, access_labels, lexeme, part, base, chunks)'
-        ' SELECT s.tenant, s.access_labels, s.lexeme, s.chunks[1], s.chunks[1],'
-        '  toolkit._postings_offsets(s.chunks, s.chunks[1]) FROM sliced AS s'
-        ' WHERE (SELECT count(*) FROM gone) >= 0', terms, lexemes, layout.slice_postings);
-    -- The lexicon: each block a change's lexeme falls in (else the set's first block) rewritten from its entries
-    -- and the changes, repacked within its range; a lexeme that has slices keeps only its df in its block.
-    EXECUTE toolkit._pack_postings_sql(terms,
-        'SELECT coalesce(o.tenant, r.tenant) AS tenant, coalesce(o.access_labels, r.access_labels) AS access_labels,'
-        '  coalesce(o.range, r.block) AS range, coalesce(o.lexeme, r.lexeme) AS lexeme,'
-        '  coalesce(o.df, 0) + coalesce(r.df, 0) AS df,'
-        '  CASE WHEN o.lexeme IS NOT NULL AND o.ids IS NULL THEN NULL WHEN r.lexeme IS NULL THEN o.ids'
-        '   ELSE ARRAY(SELECT DISTINCT i FROM unnest(coalesce(o.ids, ''{}'') || coalesce(r.added, ''{}'')) AS i'
-        '    WHERE i <> ALL (coalesce(r.removed, ''{}''))) END AS ids'
-        ' FROM old AS o FULL JOIN routed AS r ON r.tenant = o.tenant AND r.access_labels = o.access_labels'
-        '  AND r.lexeme = o.lexeme',
-        format(
-            ' ch AS MATERIALIZED (%2$s),'
-            ' keys AS (SELECT c.tenant, c.access_labels, c.lexeme, sum(c.sign)::integer AS df,'
-            '  array_agg(c.ordinal) FILTER (WHERE c.sign > 0) AS added,'
-            '  array_agg(c.ordinal) FILTER (WHERE c.sign < 0) AS removed FROM ch AS c GROUP BY 1, 2, 3),'
-            ' routed AS MATERIALIZED (SELECT k.*, coalesce((SELECT b.lexeme FROM (%3$s) AS b),'
-            '  (SELECT b.lexeme FROM %1$s AS b WHERE b.tenant = k.tenant AND b.access_labels = k.access_labels'
-            '   AND b.part = 0 ORDER BY b.lexeme LIMIT 1)) AS block FROM keys AS k),'
-            ' blocks AS MATERIALIZED (SELECT b.tenant, b.access_labels, b.lexeme,'
-            '  b.lexemes || ''{}''::text[] AS lexemes, b.dfs || ''{}''::integer[] AS dfs,'
-            '  b.ends || ''{}''::integer[] AS ends, toolkit._postings_ordinals(b.chunks, b.base) AS chunks'
-            '  FROM %1$s AS b'
-            '  WHERE b.part = 0 AND (b.tenant, b.access_labels, b.lexeme) IN'
-            '   (SELECT r.tenant, r.access_labels, r.block FROM routed AS r)),'
-            ' old AS (SELECT b.tenant, b.access_labels, b.lexeme AS range, u.lexeme, u.df,'
-            '  CASE WHEN u.e > coalesce(b.ends[u.n - 1], 0) THEN b.chunks[coalesce(b.ends[u.n - 1], 0) + 1 : u.e] END'
-            '  AS ids FROM blocks AS b CROSS JOIN LATERAL unnest(b.lexemes, b.dfs, b.ends) WITH ORDINALITY'
-            '  AS u (lexeme, df, e, n)),'
-            ' gone AS (DELETE FROM %1$s AS t USING blocks AS b WHERE t.tenant = b.tenant'
-            '  AND t.access_labels = b.access_labels AND t.lexeme = b.lexeme AND t.part = 0 RETURNING 1),',
-            terms, lexemes, toolkit._postings_block_sql(terms, 'k.tenant', 'k.access_labels', 'k.lexeme')));
+        'WITH changes AS (SELECT -1 AS sign, r.tenant, r.access_labels, r.token_count, r.fts FROM (%2$s) AS r'
+        '  UNION ALL SELECT 1, r.tenant, r.access_labels, r.token_count, r.fts FROM (%3$s) AS r),'
+        ' deltas AS (SELECT c.tenant, c.access_labels, l.lexeme, sum(c.sign) AS df, 0::bigint AS tokens'
+        '  FROM changes AS c CROSS JOIN LATERAL unnest(c.fts) AS l GROUP BY 1, 2, 3'
+        '  UNION ALL SELECT c.tenant, c.access_labels, '''', sum(c.sign), sum(c.sign * c.token_count)'
+        '  FROM changes AS c GROUP BY 1, 2),'
+        ' written AS (INSERT INTO %1$s (tenant, access_labels, lexeme, df, tokens)'
+        '  SELECT d.tenant, d.access_labels, d.lexeme, d.df, d.tokens FROM deltas AS d'
+        '  WHERE d.df <> 0 OR d.tokens <> 0 RETURNING tenant, access_labels, lexeme)'
+        ' SELECT array_agg(w.tenant) AS tenants, array_agg(w.access_labels::text) AS label_sets,'
+        '  array_agg(w.lexeme) AS lexemes FROM written AS w', stats, removed, added)
+    INTO keys;
+    -- One write transaction in eight folds the keys it touched (a fold costs about what the deltas did): a key's
+    -- rows stay few between folds, and mark_version_ready folds them all.
+    IF keys.tenants IS NOT NULL AND txid_current() % 8 = 0 THEN
+        PERFORM toolkit._fold_term_stats(target, keys.tenants, keys.label_sets, keys.lexemes);
+    END IF;
     RETURN NULL;
 END
 $$;
 
--- Builds a version's postings and statistics when they are missing, in bulk from the chunk table's rows (one sort,
--- as an index is built), and the triggers that keep them. Run when a version becomes ready (mark_version_ready:
--- a backfill loads none) and, for every version ready to serve, by each upgrade (900-apply.sql).
+-- Creates a version's postings and statistics when they are missing (filled from the chunk table's rows), and the
+-- triggers that keep them. Run by create_version and, for every live version, by each upgrade (900-apply.sql).
 CREATE OR REPLACE FUNCTION toolkit._create_text_postings(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -664,49 +551,48 @@ BEGIN
         RETURN;
     END IF;
     IF to_regclass(terms) IS NULL OR to_regclass(stats) IS NULL THEN
-        -- Writers wait while the postings are built, so none of their rows is missed.
+        -- Writers wait while the postings are filled, so none of their rows is missed.
         PERFORM toolkit._take_lock(chunks::regclass, 'SHARE',
             format('building the full-text postings of version %s', target), '1h');
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', terms, stats);
         EXECUTE format(
             'CREATE TABLE %s ('
             '  tenant text NOT NULL,'
-            '  access_labels text[] NOT NULL DEFAULT ''{}'','
-            '  lexeme text COLLATE "C" NOT NULL,'
-            '  part bigint NOT NULL,'
-            '  lexemes text[],'
-            '  dfs integer[],'
-            '  ends integer[],'
-            '  base bigint NOT NULL,'
-            '  chunks integer[] NOT NULL'
+            '  lexeme text NOT NULL,'
+            '  chunk_id text NOT NULL,'
+            '  tf integer NOT NULL,'
+            '  token_count integer NOT NULL,'
+            '  access_labels text[] NOT NULL DEFAULT ''{}'''
             ')', terms);
         EXECUTE format(
             'CREATE TABLE %s ('
             '  tenant text NOT NULL,'
             '  access_labels text[] NOT NULL DEFAULT ''{}'','
-            '  chunks bigint NOT NULL,'
-            '  tokens bigint NOT NULL'
+            '  lexeme text NOT NULL,'
+            '  df bigint NOT NULL,'
+            '  tokens bigint NOT NULL DEFAULT 0'
             ')', stats);
+        EXECUTE format('CREATE INDEX %I ON %s (tenant, lexeme)',
+            toolkit._term_stats_table(target) || '_key_idx', stats);
         EXECUTE format('COMMENT ON TABLE %s IS %L', terms,
-            format('Full-text postings of version %s: per tenant and label set, lexicon blocks (part 0: lexemes,'
-                ' their df and their chunks'' ordinals) and the slices of lexemes held by many chunks (part: the'
-                ' first ordinal).', target));
+            format('Full-text postings of version %s: each chunk''s lexemes, their counts (tf), the chunk''s'
+                ' token_count and labels.', target));
         EXECUTE format('COMMENT ON TABLE %s IS %L', stats,
-            format('Full-text statistics of version %s: per tenant and label set, its chunks and their tokens.',
-                target));
-        EXECUTE toolkit._pack_postings_sql(terms, format(
-            'SELECT c.tenant, c.access_labels, NULL::text AS range, l.lexeme, count(*)::integer AS df,'
-            ' array_agg(c.ordinal) AS ids FROM %s AS c CROSS JOIN LATERAL unnest(tsvector_to_array(c.fts)) AS l (lexeme)'
-            ' WHERE NOT c.is_parent GROUP BY 1, 2, 4', chunks));
+            format('Full-text statistics of version %s: delta rows of df per tenant, label set and lexeme;'
+                ' lexeme '''' holds the chunk count (df) and their tokens.', target));
         EXECUTE format(
-            'INSERT INTO %s (tenant, access_labels, chunks, tokens)'
-            ' SELECT c.tenant, c.access_labels, count(*), sum(c.token_count) FROM %s AS c'
-            ' WHERE NOT c.is_parent GROUP BY 1, 2', stats, chunks);
-        -- The indexes built after the rows (a sort, not one insertion per row).
-        EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (tenant, access_labels, lexeme, part)', terms);
-        EXECUTE format('CREATE INDEX %I ON %s (tenant, access_labels, lexeme) WHERE part = 0',
-            toolkit._terms_table(target) || '_blocks_idx', terms);
-        EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY (tenant, access_labels)', stats);
+            'INSERT INTO %s (tenant, lexeme, chunk_id, tf, token_count, access_labels)'
+            ' SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels'
+            ' FROM %s AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent', terms, chunks);
+        -- The key's index built after the rows (a sort, not one insertion per row).
+        EXECUTE format(
+            'ALTER TABLE %s ADD PRIMARY KEY (tenant, lexeme, chunk_id) INCLUDE (tf, token_count, access_labels)',
+            terms);
+        EXECUTE format(
+            'INSERT INTO %s (tenant, access_labels, lexeme, df, tokens)'
+            ' SELECT t.tenant, t.access_labels, t.lexeme, count(*), 0 FROM %s AS t GROUP BY 1, 2, 3'
+            ' UNION ALL SELECT c.tenant, c.access_labels, '''', count(*), sum(c.token_count)'
+            ' FROM %s AS c WHERE NOT c.is_parent GROUP BY 1, 2', stats, terms, chunks);
         EXECUTE format('ANALYZE %s', terms);
         EXECUTE format('ANALYZE %s', stats);
         PERFORM toolkit._secure_text_postings(target);
@@ -732,8 +618,7 @@ BEGIN
 END
 $$;
 
--- Drops a version's postings and statistics and the triggers that keep them (its chunk table is being dropped, or
--- it goes back to building: a backfill rewrites it, and becoming ready builds them again).
+-- Drops a version's postings and statistics (its chunk table is being dropped).
 CREATE OR REPLACE FUNCTION toolkit._drop_text_postings(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -741,15 +626,7 @@ VOLATILE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    chunks regclass := to_regclass(toolkit._chunk_table(target));
-    name text;
 BEGIN
-    IF chunks IS NOT NULL THEN
-        FOREACH name IN ARRAY ARRAY['text_postings_insert', 'text_postings_delete', 'text_postings_update'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', name, chunks);
-        END LOOP;
-    END IF;
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', toolkit._postings_table(target), toolkit._statistics_table(target));
 END
 $$;

@@ -23,6 +23,8 @@ DECLARE
     target text := delete_documents.tenant;
     ids text[];
     missing text[];
+    label_sets text[];
+    lexemes text[];
     v record;
     n bigint;
     counts jsonb := '{}';
@@ -66,11 +68,18 @@ BEGIN
             EXECUTE format('SELECT count(*) FROM %s WHERE tenant = $1 AND doc_id = ANY ($2)',
                 v.chunk_table) INTO n USING target, ids;
         ELSE
-            -- The chunks go, their postings and statistics with them (the chunk table's trigger rewrites the blocks
-            -- their words were in, in this transaction): nothing of a deleted document's words stays.
-            EXECUTE format('DELETE FROM %s AS c WHERE c.tenant = $1 AND c.doc_id = ANY ($2)', v.chunk_table)
-                USING target, ids;
-            GET DIAGNOSTICS n = ROW_COUNT;
+            -- The chunks go (their postings with them, by the chunk table's trigger), then the statistics keys
+            -- their words counted in are netted out now: no +1 and -1 rows of a deleted document's words remain.
+            EXECUTE format(
+                'WITH gone AS (DELETE FROM %s AS c WHERE c.tenant = $1 AND c.doc_id = ANY ($2)'
+                '  RETURNING c.is_parent, c.access_labels, c.fts),'
+                ' keys AS (SELECT g.access_labels::text AS labels, l.lexeme FROM gone AS g'
+                '  CROSS JOIN LATERAL unnest(g.fts) AS l WHERE NOT g.is_parent'
+                '  UNION SELECT g.access_labels::text, '''' FROM gone AS g WHERE NOT g.is_parent)'
+                ' SELECT (SELECT count(*) FROM gone), array_agg(k.labels ORDER BY k.labels, k.lexeme),'
+                '  array_agg(k.lexeme ORDER BY k.labels, k.lexeme) FROM keys AS k',
+                v.chunk_table) INTO n, label_sets, lexemes USING target, ids;
+            PERFORM toolkit._net_term_stats(v.version, target, label_sets, lexemes);
         END IF;
         relation := toolkit._version_table(v.version); version := v.version; removed := n; RETURN NEXT;
         chunks := chunks || jsonb_build_object(v.version::text, n);

@@ -87,41 +87,40 @@ $$;
 
 -- Stage: text hits, (chunk_id, r): BM25 (k1, b of toolkit.retrieval_settings) of the candidates found through the
 -- version's postings, the ($1).pool best. The candidates: the chunks holding one of the question's lexemes chosen
--- rarest first while their postings stay within postings_limit (($1).chosen); when even the rarest has more, the
--- first postings_limit chunks holding it, in the order they were stored (($1).rarest). A candidate's score sums over
--- all the question's known lexemes (($1).known, their df ($1).known_df), tf and dl from the chunk row itself; N
--- (($1).text_n), the mean length and df are the tenant's (term_stats_vN and terms_vN over the rows the caller may
--- read; not narrowed by the filters, which narrow the candidates on their chunk rows). matches: the query of the
--- candidates' (chunk_id, token_count, lexeme, tf), read through toolkit._read_text_matches. Sums run over the
--- lexemes in byte order, as Python's offline evaluation (toolkit.evaluation.retrieval) sums them. None without
--- lexemes.
-CREATE OR REPLACE FUNCTION toolkit._search_stage_text_hits(chunk_table text, filtered boolean, matches text)
+-- rarest first while their postings stay within postings_limit (($1).chosen); when even the rarest has more, its
+-- first postings_limit chunks by chunk id (($1).rarest). A candidate's score sums over all the question's known
+-- lexemes (($1).known, their df ($1).known_df), tf and dl from the postings' index alone; N (($1).text_n), the
+-- mean length and df are the tenant's (term_stats_vN over the rows the caller may read; not narrowed by the filters,
+-- which narrow the candidates on their chunk rows). Sums run over the lexemes in byte order, as Python's offline
+-- evaluation (toolkit.evaluation.retrieval) sums them. None without lexemes.
+CREATE OR REPLACE FUNCTION toolkit._search_stage_text_hits(chunk_table text, filtered boolean, candidates text)
 RETURNS text
 LANGUAGE sql
 IMMUTABLE PARALLEL SAFE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE WHEN matches IS NULL
+    SELECT CASE WHEN candidates IS NULL
         THEN 'SELECT NULL::text AS chunk_id, NULL::bigint AS r WHERE false'
         ELSE format(
-            'WITH text_matches AS MATERIALIZED (%1$s),%2$s'
+            'WITH text_candidates AS MATERIALIZED (%1$s),'
+            ' text_rows AS MATERIALIZED (%2$s),'
+            ' text_matches AS MATERIALIZED (SELECT t.chunk_id, t.token_count, t.lexeme, t.tf'
+            '  FROM %3$s(($1).version, ($1).known, ARRAY(SELECT r.chunk_id FROM text_rows AS r)) AS t),'
             ' text_terms AS (SELECT u.lexeme, ln(1 + (($1).text_n - u.df + 0.5) / (u.df + 0.5)) AS idf'
             '  FROM unnest(($1).known, ($1).known_df) AS u (lexeme, df))'
             ' SELECT t.chunk_id, row_number() OVER (ORDER BY t.weight DESC, t.chunk_id) AS r'
             ' FROM (SELECT m.chunk_id, sum(w.idf * (m.tf * (($1).k1 + 1)) / (m.tf + ($1).k1 * (1 - ($1).b'
             '   + ($1).b * m.token_count / ($1).mean_tokens)) ORDER BY m.lexeme COLLATE "C") AS weight'
-            '  FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme%3$s'
+            '  FROM text_matches AS m INNER JOIN text_terms AS w ON w.lexeme = m.lexeme'
             '  GROUP BY m.chunk_id ORDER BY 2 DESC, 1 LIMIT ($1).pool) AS t',
-            matches,
+            candidates,
             -- Unfiltered, the candidates stand; filtered, each is checked on its chunk row.
-            CASE WHEN NOT filtered THEN ''
-                ELSE format(' text_rows AS MATERIALIZED (SELECT c.chunk_id'
-                    '  FROM (SELECT DISTINCT m.chunk_id FROM text_matches AS m) AS k INNER JOIN %s AS c'
-                    '  ON c.tenant = ($1).tenant AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent AND %s),',
+            CASE WHEN NOT filtered THEN 'SELECT k.chunk_id FROM text_candidates AS k'
+                ELSE format('SELECT c.chunk_id FROM text_candidates AS k INNER JOIN %s AS c'
+                    ' ON c.tenant = ($1).tenant AND c.chunk_id = k.chunk_id WHERE NOT c.is_parent AND %s',
                     chunk_table, toolkit._search_stage_filters()) END,
-            CASE WHEN NOT filtered THEN ''
-                ELSE ' WHERE m.chunk_id IN (SELECT r.chunk_id FROM text_rows AS r)' END)
+            toolkit._read_postings_function())
     END
 $$;
 
@@ -619,13 +618,14 @@ BEGIN
                 plan.chosen := plan.chosen || plan.known[i];
                 chosen_postings := chosen_postings + plan.known_df[i];
             END LOOP;
-            IF cardinality(plan.known) > 0 THEN
-                IF cardinality(plan.chosen) = 0 THEN
-                    plan.rarest := plan.known[1];
-                END IF;
+            IF cardinality(plan.chosen) > 0 THEN
+                candidates_sql := format('SELECT DISTINCT t.chunk_id FROM %s(($1).version, ($1).chosen) AS t',
+                    toolkit._read_postings_function());
+            ELSIF cardinality(plan.known) > 0 THEN
+                plan.rarest := plan.known[1];
                 candidates_sql := format(
-                    'SELECT m.chunk_id, m.token_count, m.lexeme, m.tf FROM %s(($1).version, ($1).chosen,'
-                    ' ($1).rarest, ($1).postings_limit, ($1).known) AS m', toolkit._read_text_matches_function());
+                    'SELECT t.chunk_id FROM %s(($1).version, ARRAY[($1).rarest], NULL, ($1).postings_limit) AS t',
+                    toolkit._read_postings_function());
             END IF;
             IF retrieval = 'passages' THEN
                 budget := coalesce(request.max_tokens,

@@ -83,9 +83,9 @@ toolkit._postings_table,
 toolkit._statistics_table,
 -- The full-text postings and statistics are read only through these (the caller's own rows; no direct grants).
 toolkit._read_term_stats,
-toolkit._read_text_matches,
+toolkit._read_postings,
 toolkit._read_term_stats_function,
-toolkit._read_text_matches_function,
+toolkit._read_postings_function,
 toolkit.log_query,
 toolkit.query_log_sample_rate,
 toolkit.model_secrets,
@@ -94,7 +94,7 @@ toolkit.model_destination_refused
 TO toolkit_reader, toolkit_writer, toolkit_deployer;
 GRANT SELECT ON toolkit.active_chunks, toolkit.live_chunks TO toolkit_reader, toolkit_writer, toolkit_deployer;
 -- A service role's full-text reads: every label set of the tenant, as the policies show the writer (and the owner).
-GRANT EXECUTE ON FUNCTION toolkit._read_term_stats_service, toolkit._read_text_matches_service TO toolkit_writer;
+GRANT EXECUTE ON FUNCTION toolkit._read_term_stats_service, toolkit._read_postings_service TO toolkit_writer;
 -- A passage of chunk rows written before they kept their gap_before is cut from its document (row-level security
 -- and access labels apply).
 -- The metadata filters (metadata.key=value) find the documents they match, as the caller.

@@ -207,13 +207,11 @@ class BM25:
         df = len(self.postings.get(lexeme, ()))
         return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
 
-    def candidates(self, lexemes: Sequence[str]) -> set[int] | None:
+    def candidates(self, lexemes: Sequence[str], chunk_ids: Sequence[str]) -> set[int] | None:
         """The chunks full text scores, as ``hybrid_search_chunks`` finds them in the postings (None: every chunk
         holding a lexeme, when no limit is set). The question's lexemes rarest first (df, then byte order) while
         their postings together stay within ``postings_limit``: every chunk holding one of them; when even the
-        rarest has more postings than that, its first ``postings_limit`` chunks in the order they were stored (the
-        chunk table's ordinal; here the order of the chunks given, which is the order ingest or a backfill of these
-        documents writes them)."""
+        rarest has more postings than that, its first ``postings_limit`` chunks by chunk id."""
         if self.postings_limit is None:
             return None
         known = sorted((len(self.postings[t]), t) for t in set(lexemes) if self.postings.get(t))
@@ -227,7 +225,7 @@ class BM25:
         if chosen:
             return {index for lexeme in chosen for index, _ in self.postings[lexeme]}
         if known:
-            holders = sorted(index for index, _ in self.postings[known[0][1]])
+            holders = sorted((index for index, _ in self.postings[known[0][1]]), key=lambda i: chunk_ids[i])
             return set(holders[: self.postings_limit])
         return set()
 
@@ -248,7 +246,7 @@ class BM25:
 
 def text_ranking(bm25: BM25, lexemes: Sequence[str], chunk_ids: Sequence[str], depth: int) -> list[int]:
     """The top ``depth`` chunks by BM25 among its candidates (``BM25.candidates``), ties by chunk id."""
-    scores = bm25.scores(lexemes, bm25.candidates(lexemes))
+    scores = bm25.scores(lexemes, bm25.candidates(lexemes, chunk_ids))
     ranked = sorted(scores, key=lambda i: (-scores[i], chunk_ids[i]))
     return ranked[:depth]
 

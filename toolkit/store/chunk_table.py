@@ -196,13 +196,12 @@ def copy_chunk_rows(conn: psycopg.Connection, target: LiveVersion, rows: Sequenc
     if bypasses_row_security(conn):
         _copy(conn, target.table, columns, target.storage, rows)
         return
-    # The staging table is the version's table's shape (LIKE it: no column list re-typed here), one per version;
-    # its own identity numbers the staged rows (the version's table numbers them again when they are inserted).
+    # The staging table is the version's table's shape (LIKE it: no column list re-typed here), one per version.
     staging = sql.Identifier("pg_temp", f"staging_{target.version}")
     conn.execute(
-        sql.SQL(
-            "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS INCLUDING IDENTITY) ON COMMIT DELETE ROWS"
-        ).format(staging, target.table)
+        sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS").format(
+            staging, target.table
+        )
     )
     _copy(conn, staging, columns, target.storage, rows)
     conn.execute(sql.SQL("INSERT INTO {0} ({1}) SELECT {1} FROM {2}").format(target.table, columns, staging))
