@@ -70,21 +70,9 @@ class Worker:
         self.conns: dict = {}
 
     def hello(self) -> dict:
-        import toolkit
-        from toolkit.db.sql_files import migrations_dir, sql_dir
+        from report import check_tree
 
-        found = {"toolkit": str(Path(toolkit.__file__).resolve()), "sql_dir": str(sql_dir().resolve())}
-        found["migrations_dir"] = str(migrations_dir().resolve())
-        for name, path in found.items():
-            if not Path(path).is_relative_to(self.tree):
-                raise RuntimeError(f"{name} is {path}, not under {self.tree}: PYTHONPATH did not win")
-        head = subprocess.run(["git", "-C", str(self.tree), "rev-parse", "--short", "HEAD"], capture_output=True)
-        dirty = subprocess.run(
-            ["git", "-C", str(self.tree), "status", "--porcelain", "--", "toolkit", "sql", "migrations"],
-            capture_output=True,
-            text=True,
-        )
-        return found | {"commit": head.stdout.decode().strip(), "changed_files": len(dirty.stdout.splitlines())}
+        return check_tree(self.tree)
 
     def start(self, data_dir: str) -> dict:
         from report import start_server
@@ -164,40 +152,11 @@ class Worker:
         }
 
     def _copy_rows(self, conn, table: str, rows: list[dict], vectors) -> float:
-        """Binary COPY in statements of BATCH rows, each its own transaction (as bench/search_served.py's
-        copy_rows, as ingest writes)."""
-        columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
-        types = ["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4"]
-        gaps = conn.execute(
-            "SELECT count(*) > 0 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'gap_before'"
-            " AND NOT attisdropped",
-            (table,),
-        ).fetchone()[0]
-        if gaps:
-            columns, types = columns + ", gap_before", [*types, "text"]
-        started = time.perf_counter()
-        for start in range(0, len(rows), BATCH):
-            copying = f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)"
-            with conn.transaction(), conn.cursor() as cur, cur.copy(copying) as copy:
-                copy.set_types([*types, "vector"])
-                for i in range(start, min(len(rows), start + BATCH)):
-                    c = rows[i]
-                    copy.write_row(
-                        (
-                            c["tenant"],
-                            c["chunk_id"],
-                            c["doc_id"],
-                            c["position"],
-                            c["start"],
-                            c["end"],
-                            c["text"],
-                            "h",
-                            c["tokens"],
-                            *([c["gap"]] if gaps else []),
-                            vectors[i],
-                        )
-                    )
-        return time.perf_counter() - started
+        """Binary COPY in statements of BATCH rows, each its own transaction (as ingest writes), each row in its own
+        tenant (report.copy_chunk_rows)."""
+        from report import copy_chunk_rows
+
+        return copy_chunk_rows(conn, table, rows, vectors, [r["tenant"] for r in rows], BATCH)
 
     def _synthetic(self, rows: int, seed: int, tenant: str, prefix: str = "") -> tuple[list[dict], object]:
         import numpy as np

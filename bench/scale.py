@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from report import cpu_name, start_server, write_section
+from report import copy_chunk_rows, cpu_name, start_server, write_section
 from search import DIMS, clustered_vectors
 from search_served import BATCH, CHUNKS_PER_DOCUMENT, corpus, percentiles, questions, sentences
 
@@ -146,16 +146,12 @@ class Scale:
             yield chunks, tenants, clustered_vectors(len(chunks), row_rng, projection, centers)
 
     def load(self, size: int, layout: str, v: int, table: str, tenant: str, query_vectors: np.ndarray) -> dict:
-        columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
-        types = ["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4"]
+        # Where the rows keep their gaps, passages need no documents: spans touch by the rows' own gaps (issue 36).
         gaps = self.owner.execute(
             "SELECT count(*) > 0 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'gap_before'"
             " AND NOT attisdropped",
             (table,),
         ).fetchone()[0]
-        if gaps:  # passages then need no documents: spans touch by the rows' own gaps (issue 36)
-            columns, types = columns + ", gap_before", [*types, "text"]
-        copying = f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)"
         keep_rng = np.random.default_rng([self.args.seed, size, 5])
         expected = size if layout == "one" else size / TENANTS
         keep = min(1.0, KEEP_FOR_QUESTIONS / expected)
@@ -194,28 +190,7 @@ class Scale:
                 for i in mine[keep_rng.random(len(mine)) < keep]:
                     kept.append({"text": chunks[i]["text"], "rare": chunks[i]["rare"]})
             generate_s += time.perf_counter() - t
-            t = time.perf_counter()
-            for start in range(0, len(chunks), BATCH):
-                with self.owner.transaction(), self.owner.cursor() as cur, cur.copy(copying) as copy:
-                    copy.set_types([*types, "vector"])
-                    for i in range(start, min(len(chunks), start + BATCH)):
-                        c = chunks[i]
-                        copy.write_row(
-                            (
-                                tenants[i],
-                                c["chunk_id"],
-                                c["doc_id"],
-                                c["position"],
-                                c["start"],
-                                c["end"],
-                                c["text"],
-                                "h",
-                                c["tokens"],
-                                *([c["gap"]] if gaps else []),
-                                vectors[i],
-                            )
-                        )
-            copy_s += time.perf_counter() - t
+            copy_s += copy_chunk_rows(self.owner, table, chunks, vectors, tenants, BATCH)
             loads.append(load_average())
             done = min(size, (len(loads) - 1) * GENERATE)
             if len(loads) % 10 == 1 or done == size:

@@ -91,21 +91,9 @@ class Worker:
         self.databases: dict[str, str] = {}
 
     def hello(self) -> dict:
-        import toolkit
-        from toolkit.db.sql_files import migrations_dir, sql_dir
+        from report import check_tree
 
-        found = {"toolkit": str(Path(toolkit.__file__).resolve()), "sql_dir": str(sql_dir().resolve())}
-        found["migrations_dir"] = str(migrations_dir().resolve())
-        for name, path in found.items():
-            if not Path(path).is_relative_to(self.tree):
-                raise RuntimeError(f"{name} is {path}, not under {self.tree}: PYTHONPATH did not win")
-        head = subprocess.run(["git", "-C", str(self.tree), "rev-parse", "--short", "HEAD"], capture_output=True)
-        dirty = subprocess.run(
-            ["git", "-C", str(self.tree), "status", "--porcelain", "--", "toolkit", "sql", "migrations"],
-            capture_output=True,
-            text=True,
-        )
-        return found | {"commit": head.stdout.decode().strip(), "changed_files": len(dirty.stdout.splitlines())}
+        return check_tree(self.tree)
 
     def start(self, data_dir: str) -> dict:
         from report import start_server

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from report import cpu_name, start_server, write_section
+from report import copy_chunk_rows, cpu_name, start_server, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -211,40 +211,7 @@ class Served:
         table = conn.execute("SELECT toolkit._chunk_table(%s)", (v,)).fetchone()[0]
         if not postings:
             conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-        columns = "tenant, chunk_id, doc_id, position, start_offset, end_offset, text, content_hash, token_count"
-        types = ["text", "text", "text", "int4", "int4", "int4", "text", "text", "int4"]
-        # Where chunk rows keep the whitespace before them (issue 36), as ingest writes it: without it a search
-        # cuts passages from the document's text (the path of rows written before).
-        gaps = conn.execute(
-            "SELECT count(*) > 0 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'gap_before'"
-            " AND NOT attisdropped",
-            (table,),
-        ).fetchone()[0]
-        if gaps:
-            columns, types = columns + ", gap_before", [*types, "text"]
-        started = time.perf_counter()
-        for start in range(0, len(rows), BATCH):
-            copying = f"COPY {table} ({columns}, embedding) FROM STDIN (FORMAT BINARY)"
-            with conn.transaction(), conn.cursor() as cur, cur.copy(copying) as copy:
-                copy.set_types([*types, "vector"])
-                for i in range(start, min(len(rows), start + BATCH)):
-                    c = rows[i]
-                    copy.write_row(
-                        (
-                            TENANT,
-                            c["chunk_id"],
-                            c["doc_id"],
-                            c["position"],
-                            c["start"],
-                            c["end"],
-                            c["text"],
-                            "h",
-                            c["tokens"],
-                            *([c["gap"]] if gaps else []),
-                            vectors[i],
-                        )
-                    )
-        seconds = time.perf_counter() - started
+        seconds = copy_chunk_rows(conn, table, rows, vectors, TENANT, BATCH)
         return {"version": v, "table": table, "load_s": seconds, "rows_per_s": len(rows) / seconds}
 
     def finish_version(self, info: dict) -> None:
