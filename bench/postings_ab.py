@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import re
 import shutil
 import signal
@@ -41,10 +40,11 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import traceback
 from pathlib import Path
+
+from search_ab import Tree, WorkerError
 
 ROOT = Path(__file__).resolve().parent.parent
 TREES = ("before", "after")
@@ -160,12 +160,12 @@ class Worker:
 
     def _synthetic(self, rows: int, seed: int, tenant: str, prefix: str = "") -> tuple[list[dict], object]:
         import numpy as np
-        from search_served import corpus
+        from search_served import corpus, sentences
 
         from toolkit.embedding.hashing import HashingEmbedder
 
         rng = np.random.default_rng(seed)
-        chunks, _ = corpus(rows, rng, pool_sentences())
+        chunks, _ = corpus(rows, rng, sentences())
         for c in chunks:
             c["tenant"] = tenant
             c["chunk_id"], c["doc_id"] = prefix + c["chunk_id"], prefix + c["doc_id"]
@@ -235,18 +235,15 @@ class Worker:
                 "indexes": indexes,
                 "rows": rows,
             }
-        out["ordinal_index"] = conn.execute(
-            "SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0)::bigint FROM pg_index AS i"
-            " JOIN pg_attribute AS a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)"
-            " WHERE i.indrelid = %s::regclass AND a.attname = 'ordinal'",
+        # The chunk table's index on its ordinal (after) and GIN index (before), from its indexes' columns and methods.
+        out["ordinal_index"], out["gin_on_chunks"] = conn.execute(
+            "SELECT coalesce(sum(pg_relation_size(i.indexrelid)) FILTER (WHERE EXISTS (SELECT FROM pg_attribute AS a"
+            "  WHERE a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) AND a.attname = 'ordinal')), 0)::bigint,"
+            " coalesce(sum(pg_relation_size(i.indexrelid)) FILTER (WHERE am.amname = 'gin'), 0)::bigint"
+            " FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS am ON am.oid = c.relam"
+            " WHERE i.indrelid = %s::regclass",
             (chunks,),
-        ).fetchone()[0]
-        out["gin_on_chunks"] = conn.execute(
-            "SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0)::bigint FROM pg_index AS i"
-            " JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS am ON am.oid = c.relam"
-            " WHERE i.indrelid = %s::regclass AND am.amname = 'gin'",
-            (chunks,),
-        ).fetchone()[0]
+        ).fetchone()
         counts = conn.execute(
             f"SELECT count(*) FILTER (WHERE NOT is_parent), count(*) FILTER (WHERE is_parent),"
             f" coalesce(sum(length(fts)) FILTER (WHERE NOT is_parent), 0)::bigint,"
@@ -306,20 +303,6 @@ class Worker:
         return {"rows_per_s": len(rows) / seconds, "seconds": seconds, "delete_s": delete_s, "load1": load}
 
 
-def pool_sentences() -> list[str]:
-    """bench/search_served.py's sentences(), from the files (not through the toolkit)."""
-    texts = [
-        p.read_text(encoding="utf-8") for p in sorted((ROOT / "toolkit" / "data" / "sample" / "docs").glob("*.md"))
-    ]
-    texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "bench" / "data" / "plain" / "docs").iterdir())]
-    found = []
-    for text in texts:
-        for line in text.splitlines():
-            line = line.strip().lstrip("#-*> ").strip()
-            found += [s.strip() for s in re.split(r"(?<=[.!?])\s+", line) if len(s.split()) >= 4]
-    return sorted(set(found))
-
-
 def worker_main(tree: str) -> None:
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -338,71 +321,6 @@ def worker_main(tree: str) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # The parent.
 # ---------------------------------------------------------------------------------------------------------------
-class WorkerError(RuntimeError):
-    pass
-
-
-class Tree:
-    def __init__(self, label: str, path: Path, scratch: Path):
-        self.label, self.path = label, path
-        self.log = scratch / f"{label}.log"
-        self.data_dir = scratch / f"pg-{label}"
-        env = dict(os.environ, PYTHONPATH=str(path), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        self.process = subprocess.Popen(
-            ["nice", "-n", "5", sys.executable, str(Path(__file__).resolve()), "--worker", str(path)],
-            cwd=path,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log.open("w"),
-            text=True,
-            start_new_session=True,
-        )
-        self.replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.broken: str | None = None
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.replies.put(json.loads(line))
-        self.replies.put(None)
-
-    def call(self, op: str, timeout: float = 3600, **args):
-        if self.broken:
-            raise WorkerError(self.broken)
-        self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
-        self.process.stdin.flush()
-        try:
-            reply = self.replies.get(timeout=timeout)
-        except queue.Empty:
-            self.broken = f"{self.label}: {op} did not answer in {timeout:.0f} s"
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, 9)
-            raise WorkerError(self.broken) from None
-        if reply is None:
-            self.broken = f"the {self.label} worker exited (log: {self.log})"
-            raise WorkerError(self.broken)
-        if not reply["ok"]:
-            raise WorkerError(f"{self.label}: {op}: {reply['error']} (log: {self.log})")
-        return reply["result"]
-
-    def close(self) -> None:
-        if self.process.poll() is None and not self.broken:
-            try:
-                self.call("stop", timeout=120)
-                self.process.stdin.close()
-                self.process.wait(timeout=60)
-                return
-            except WorkerError as error:
-                print(f"  {error}", file=sys.stderr)
-        if self.data_dir.exists():  # the worker died or hung: stop its server with the tree's own code
-            subprocess.run(
-                [sys.executable, "-c", "import sys; from toolkit.db import server; server.stop_embedded(sys.argv[1])",
-                 str(self.data_dir)],
-                env=dict(os.environ, PYTHONPATH=str(self.path)), cwd=self.path, check=False,
-            )  # fmt: skip
-
-
 def write_corpora(base: Path, cap: int) -> dict[str, dict]:
     """The real-text corpora, each a directory of files (a tenant): name -> {dir, files, bytes, source}."""
     corpora: dict[str, dict] = {}
@@ -485,7 +403,9 @@ class Run:
     def start(self) -> None:
         self.results["trees"] = {}
         for label, path in self.paths.items():
-            self.trees[label] = Tree(label, path, self.scratch)
+            self.trees[label] = Tree(
+                label, path, self.scratch, script=Path(__file__).resolve(), nice=5, logs=self.scratch
+            )
         for label, tree in self.trees.items():
             info = tree.call("hello", timeout=120)
             info |= tree.call("start", timeout=300, data_dir=str(tree.data_dir))

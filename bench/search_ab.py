@@ -230,15 +230,26 @@ class WorkerError(RuntimeError):
 
 
 class Tree:
-    """A worker process with one tree's toolkit on its PYTHONPATH."""
+    """A worker process with one tree's toolkit on its PYTHONPATH: ``script --worker <tree>`` (this file by
+    default; bench/postings_ab.py runs its own), under ``nice`` when given; its log is named in errors as it will be
+    found in ``logs``."""
 
-    def __init__(self, label: str, path: Path, scratch: Path):
+    def __init__(
+        self, label: str, path: Path, scratch: Path, *, script: Path | None = None, nice: int = 0, logs: Path = LOGS
+    ):
         self.label, self.path = label, path
         self.log = scratch / f"{label}.log"
+        self.shown_log = logs / self.log.name
         self.data_dir = scratch / f"pg-{label}"
         env = dict(os.environ, PYTHONPATH=str(path), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(path)],
+            [
+                *(["nice", "-n", str(nice)] if nice else []),
+                sys.executable,
+                str(script or Path(__file__).resolve()),
+                "--worker",
+                str(path),
+            ],
             cwd=path,
             env=env,
             stdin=subprocess.PIPE,
@@ -267,10 +278,10 @@ class Tree:
             self.kill(f"{op} did not answer in {timeout:.0f} s")
             raise WorkerError(self.broken) from None
         if reply is None:
-            self.broken = f"the {self.label} worker exited (log: {LOGS / self.log.name})"
+            self.broken = f"the {self.label} worker exited (log: {self.shown_log})"
             raise WorkerError(self.broken)
         if not reply["ok"]:
-            raise WorkerError(f"{self.label}: {op}: {reply['error']} (log: {LOGS / self.log.name})")
+            raise WorkerError(f"{self.label}: {op}: {reply['error']} (log: {self.shown_log})")
         return reply["result"]
 
     def kill(self, why: str) -> None:
@@ -282,11 +293,12 @@ class Tree:
         if self.process.poll() is None and not self.broken:
             try:
                 self.call("stop", timeout=120)
+                self.process.stdin.close()
+                self.process.wait(timeout=60)
+                return
             except WorkerError as error:
                 print(f"  {error}", file=sys.stderr)
-            self.process.stdin.close()
-            self.process.wait(timeout=60)
-        elif self.data_dir.exists():  # the worker died: stop its server with the tree's own code
+        if self.data_dir.exists():  # the worker died or hung: stop its server with the tree's own code
             subprocess.run(
                 [
                     sys.executable,

@@ -15,8 +15,6 @@ from toolkit.chunking.structure import Block, Section
 
 # markdown-it normalizes \r\n and lone \r to \n, so its line numbers count those as line breaks too.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-
-
 _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(?:.*\r?\n)*?(?:---|\.\.\.)[ \t]*(?:\r?\n|$)")
 
 
