@@ -77,6 +77,8 @@ class BackfillReport:
     estimated_cost_usd: float = 0.0
     seconds: float = 0.0
     index_seconds: float | None = None
+    # Marking the version ready, which builds its full-text postings from the rows (after the HNSW index).
+    ready_seconds: float | None = None
     state: str = "building"
     stopped: str | None = None
     documents_without_chunks: int = 0
@@ -92,6 +94,8 @@ class BackfillReport:
         data["seconds"] = round(self.seconds, 3)
         if self.index_seconds is not None:
             data["index_seconds"] = round(self.index_seconds, 3)
+        if self.ready_seconds is not None:
+            data["ready_seconds"] = round(self.ready_seconds, 3)
         data["estimated_cost_usd"] = round(self.estimated_cost_usd, 6)
         return data
 
@@ -390,15 +394,18 @@ def _work_left(conn, target: LiveVersion) -> int:
 @dataclass(frozen=True)
 class Finalized:
     """What ``finalize_version`` did: ``outcome`` is "ready" (the index was built and the version moved to ready;
-    ``index_seconds`` is the build's time), "pending" (rows still wait for an embedding: nothing was done) or
-    "not building" (another backfill finished the version first)."""
+    ``index_seconds`` is the build's time, ``ready_seconds`` the move's, which builds the full-text postings),
+    "pending" (rows still wait for an embedding: nothing was done) or "not building" (another backfill finished the
+    version first)."""
 
     outcome: str
     index_seconds: float | None = None
+    ready_seconds: float | None = None
 
 
 def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work_mem: str = "512MB") -> Finalized:
-    """Builds the HNSW index after the load and moves the version to ready (see ``Finalized``)."""
+    """Builds the HNSW index after the load and moves the version to ready, which builds its full-text postings
+    (see ``Finalized``)."""
     # Two backfills finishing together: create_version_index builds the index once (it locks the table against a
     # second build), and marking a version ready twice is a no-op.
     row = versions.version_row(conn, version)
@@ -417,11 +424,12 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
         raise StateError(
             f"The HNSW index of version {version} is not valid; drop it and run toolkit backfill --resume."
         )
+    started = time.perf_counter()
     try:
         versions.mark_version_ready(conn, version)
     except StateError:
         return Finalized("pending")
-    return Finalized("ready", seconds)
+    return Finalized("ready", seconds, time.perf_counter() - started)
 
 
 def backfill(
@@ -543,6 +551,7 @@ def backfill(
             if finished.outcome == "pending":
                 continue
             report.index_seconds = finished.index_seconds
+            report.ready_seconds = finished.ready_seconds
             break
         else:
             raise StateError(

@@ -318,7 +318,8 @@ BEGIN
     -- in bench/ingest.py): store it out of line without trying (binary COPY 1-4% faster in 4 paired runs).
     EXECUTE format('ALTER TABLE %s ALTER COLUMN fts SET STORAGE EXTERNAL', tbl);
     EXECUTE format('CREATE INDEX %I ON %s (tenant, doc_id)', toolkit._version_table(new_version) || '_doc_idx', tbl);
-    EXECUTE format('CREATE INDEX %I ON %s USING gin (fts)', toolkit._version_table(new_version) || '_fts_idx', tbl);
+    -- No GIN index over fts: no search can use one under row-level security (@@ is not leakproof), so a search
+    -- reads the version's own postings (011-lexical.sql), which are built when the version becomes ready.
     -- The backfill work queue: rows still waiting for an embedding, claimed shortest first, so a batch holds
     -- texts of similar length (a transformer pads every text of a batch to its longest).
     EXECUTE format(
@@ -327,8 +328,8 @@ BEGIN
     EXECUTE format('COMMENT ON TABLE %s IS %L', tbl,
         format('Chunks of version %s: model %s, chunker %s, %s(%s).',
             new_version, m.alias, chunker_version, storage, dims));
-    -- Full-text postings and statistics, kept by triggers (011-lexical.sql).
-    PERFORM toolkit._create_text_postings(new_version);
+    -- No full-text postings while it is building: a backfill loads the rows alone, and mark_version_ready builds
+    -- the postings from them in bulk (as the HNSW index is built after the load), then triggers keep them.
     PERFORM toolkit._secure_version_table(new_version);
     RETURN new_version;
 END
@@ -519,9 +520,11 @@ BEGIN
             coalesce(current_state, 'unknown')
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    -- SHARE waits for every transaction still writing rows to the table (a backfill's chunk batch may write
-    -- rows without embeddings) and keeps new ones out until this transaction ends.
-    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass, 'SHARE',
+    -- SHARE ROW EXCLUSIVE waits for every transaction still writing rows to the table (a backfill's chunk batch may
+    -- write rows without embeddings) and keeps new ones out until this transaction ends; two backfills finishing
+    -- together take turns here (the mode conflicts with itself), before either locks the version's row, so the
+    -- first can create the postings' triggers (which take this mode) without waiting for the second.
+    PERFORM toolkit._take_lock(toolkit._chunk_table(target)::regclass, 'SHARE ROW EXCLUSIVE',
         format('marking version %s ready', target));
     PERFORM 1 FROM toolkit.versions AS v WHERE v.version = target FOR UPDATE;
     pending := toolkit.version_pending_rows(target);
@@ -533,8 +536,9 @@ BEGIN
     PERFORM toolkit._require_valid_index(target);
     -- Its rows were written while it was building (when the trigger leaves the registry alone): that is a change.
     UPDATE toolkit.versions SET content_changed_at = clock_timestamp() WHERE version = target AND state = 'building';
-    -- The load appended full-text statistics deltas; fold them (searches sum fewer rows).
-    PERFORM toolkit._fold_term_stats(target);
+    -- The full-text postings and statistics, built from the rows now in one pass (as the HNSW index was), then kept
+    -- by triggers; a version ready before (marked again) keeps its own.
+    PERFORM toolkit._create_text_postings(target);
     PERFORM toolkit._set_version_state(target, 'ready');
     -- A ready version can be searched (pinned): it joins toolkit.live_chunks (retrying briefly: never queue readers).
     PERFORM toolkit._replace_live_view_patiently();
@@ -558,6 +562,8 @@ BEGIN
                   HINT = 'The deployer ends the canary first: toolkit canary --off (or toolkit rollback).';
     END IF;
     PERFORM toolkit._set_version_state(target, 'building');
+    -- Its rows are rewritten now: the full-text postings go, and are built again when it is ready.
+    PERFORM toolkit._drop_text_postings(target);
     PERFORM toolkit._replace_live_view_patiently();
 END
 $$;

@@ -102,12 +102,13 @@ AS $$
 $$;
 
 -- Full-text postings. ts_match_vq (@@) is not leakproof, so under row-level security the planner may not use a
--- chunk table's GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version
+-- GIN index for it and reads every row of the tenant (docs/search.md, "Full text"). Each version ready to serve
 -- therefore keeps its lexemes in a postings table, terms_vN (tenant, lexeme, chunk_id; with the lexeme's count tf,
 -- the chunk's token_count and access labels included in the key's index, so searches read the index alone), whose
 -- btree answers "which chunks hold this lexeme" with text equality, which is leakproof; and the statistics BM25 needs in
 -- term_stats_vN: per tenant, label set and lexeme the chunks holding it (df), and under the lexeme '' the chunk count
--- (in df) and their tokens. Both carry the chunk table's row-level security; triggers on the chunk table keep them.
+-- (in df) and their tokens. Both carry the chunk table's row-level security. A version being built has neither:
+-- they are built from its rows in bulk when it becomes ready, then triggers on the chunk table keep them.
 
 -- Returns the bare name of a version's postings table (terms_vN): what the names derived from it start with. A
 -- statement names the table itself with toolkit._postings_table below, never with this.
@@ -436,7 +437,8 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF cardinality(lexemes) > 0 THEN
+    -- (A version being built has no postings: nothing to net out.)
+    IF cardinality(lexemes) > 0 AND to_regclass(toolkit._statistics_table(target)) IS NOT NULL THEN
         PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
             format('netting out the full-text statistics of version %s', target), '30s');
         PERFORM toolkit._merge_term_stats(
@@ -456,6 +458,9 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF to_regclass(toolkit._statistics_table(target)) IS NULL THEN
+        RETURN;  -- a version being built has no postings
+    END IF;
     PERFORM toolkit._take_lock(toolkit._statistics_table(target)::regclass, 'SHARE UPDATE EXCLUSIVE',
         format('erasing a tenant from the full-text statistics of version %s', target), '30s');
     EXECUTE format('DELETE FROM %s AS s WHERE s.tenant = $1', toolkit._statistics_table(target)) USING tenant;
@@ -533,8 +538,9 @@ BEGIN
 END
 $$;
 
--- Creates a version's postings and statistics when they are missing (filled from the chunk table's rows), and the
--- triggers that keep them. Run by create_version and, for every live version, by each upgrade (900-apply.sql).
+-- Creates a version's postings and statistics when they are missing (filled from the chunk table's rows in bulk, the
+-- key's index built after them), and the triggers that keep them. Run when a version becomes ready
+-- (mark_version_ready: a backfill loads none) and, for every version ready to serve, by each upgrade (900-apply.sql).
 CREATE OR REPLACE FUNCTION toolkit._create_text_postings(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -551,8 +557,9 @@ BEGIN
         RETURN;
     END IF;
     IF to_regclass(terms) IS NULL OR to_regclass(stats) IS NULL THEN
-        -- Writers wait while the postings are filled, so none of their rows is missed.
-        PERFORM toolkit._take_lock(chunks::regclass, 'SHARE',
+        -- Writers wait while the postings are filled, so none of their rows is missed (the mode the triggers'
+        -- creation below takes: no lock to upgrade midway, where a second builder could deadlock with this one).
+        PERFORM toolkit._take_lock(chunks::regclass, 'SHARE ROW EXCLUSIVE',
             format('building the full-text postings of version %s', target), '1h');
         EXECUTE format('DROP TABLE IF EXISTS %s, %s', terms, stats);
         EXECUTE format(
@@ -618,7 +625,8 @@ BEGIN
 END
 $$;
 
--- Drops a version's postings and statistics (its chunk table is being dropped).
+-- Drops a version's postings and statistics and the triggers that keep them (its chunk table is being dropped, or
+-- it goes back to building: a backfill rewrites it, and becoming ready builds them again).
 CREATE OR REPLACE FUNCTION toolkit._drop_text_postings(target integer)
 RETURNS void
 LANGUAGE plpgsql
@@ -626,7 +634,15 @@ VOLATILE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    chunks regclass := to_regclass(toolkit._chunk_table(target));
+    name text;
 BEGIN
+    IF chunks IS NOT NULL THEN
+        FOREACH name IN ARRAY ARRAY['text_postings_insert', 'text_postings_delete', 'text_postings_update'] LOOP
+            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', name, chunks);
+        END LOOP;
+    END IF;
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', toolkit._postings_table(target), toolkit._statistics_table(target));
 END
 $$;

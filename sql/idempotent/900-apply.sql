@@ -18,10 +18,10 @@ BEGIN
     -- The metadata filters' keys: a labelled document's keys are found only by who may read the document.
     PERFORM toolkit._secure_tenant_table('toolkit.document_metadata_keys');
     PERFORM toolkit._secure_access_labels('toolkit.document_metadata_keys');
-    -- Full-text postings: built for a live version that has none (a version made by an earlier release), dropped
-    -- for a retired one (left by a downgrade's retire).
+    -- Full-text postings: built for a version ready to serve that has none (a version made by an earlier release),
+    -- dropped for one building (its postings are built when it is ready) or retired (left by a downgrade's retire).
     FOR v IN SELECT x.version FROM toolkit.versions AS x ORDER BY 1 LOOP
-        IF (SELECT x.state FROM toolkit.versions AS x WHERE x.version = v) = ANY (toolkit.version_states('live')) THEN
+        IF (SELECT x.state FROM toolkit.versions AS x WHERE x.version = v) = ANY (toolkit.version_states('serve')) THEN
             PERFORM toolkit._create_text_postings(v);
         ELSE
             PERFORM toolkit._drop_text_postings(v);

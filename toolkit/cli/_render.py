@@ -43,6 +43,8 @@ def print_backfill(report, output_format: str, model_alias: str, chunker_spec: s
             )
         if report.index_seconds is not None:
             say(f"HNSW index built in {report.index_seconds:.1f} s after the load.")
+            if report.ready_seconds is not None:
+                say(f"Full-text postings built in {report.ready_seconds:.1f} s as the version became ready.")
         elif report.state == "building" and not report.stopped:
             say("Another backfill of this version holds its last documents and will build the index.")
     if report.stopped:
