@@ -372,6 +372,58 @@ def test_the_upgrade_removes_secrets_an_earlier_release_stored_and_names_the_ali
     assert "sk-SECRET" not in stored and "pa55" not in stored
 
 
+def test_a_downgrade_to_0006_and_back_moves_the_gin_index_and_the_postings_of_a_version_being_built(
+    conn, database_url, make_model
+):
+    """At 0007 a version being built has no postings and no chunk table a GIN index; a downgrade to 0006 gives
+    every version table its GIN index back and the building version its postings (0006 keeps them from creation on,
+    so its writes keep them), and the upgrade drops both again. A ready version's hybrid search gives the same hits
+    throughout."""
+    from support import fill_version
+
+    from toolkit.store import versions
+
+    make_model("m1", 8)
+    ready = ready_version(conn, "m1", 8, {"a": 20, "b": 5})
+    cutover.activate_version(conn, ready, force=True)
+    building = versions.create_version(conn, "m1", "fixed:10:0", "fixed:10:0@building")
+    fill_version(conn, building, 8, {"a": 6})
+
+    def hits():
+        with conn.transaction():
+            conn.execute("SELECT toolkit.set_tenant('a')")
+            return conn.execute(
+                "SELECT chunk_id, text_rank FROM toolkit.hybrid_search_chunks('text 3', NULL, 10)"
+            ).fetchall()
+
+    def state() -> tuple[int, bool, bool]:
+        gin = conn.execute(
+            "SELECT count(*) FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS a"
+            " ON a.oid = c.relam WHERE a.amname = 'gin'"
+            " AND i.indrelid = ANY (ARRAY[to_regclass(toolkit._chunk_table(%s)),"
+            " to_regclass(toolkit._chunk_table(%s))])",
+            (ready, building),
+        ).fetchone()[0]
+        postings = conn.execute(
+            "SELECT to_regclass(toolkit._postings_table(%s)) IS NOT NULL, to_regclass(toolkit._postings_table(%s))"
+            " IS NOT NULL",
+            (ready, building),
+        ).fetchone()
+        return gin, postings[0], postings[1]
+
+    at_head = hits()
+    assert at_head and state() == (0, True, False)
+    migrate.downgrade(database_url, "0006")
+    assert state() == (2, True, True) and hits() == at_head
+    terms = conn.execute("SELECT toolkit._postings_table(%s)", (building,)).fetchone()[0]
+    assert conn.execute(f"SELECT count(DISTINCT chunk_id) FROM {terms}").fetchone()[0] == 6
+    migrate.upgrade(database_url)
+    assert state() == (0, True, False) and hits() == at_head
+    versions.create_version_index(conn, building, maintenance_work_mem="64MB")
+    versions.mark_version_ready(conn, building)
+    assert conn.execute(f"SELECT count(DISTINCT chunk_id) FROM {terms}").fetchone()[0] == 6
+
+
 def test_the_upgrade_builds_full_text_postings_for_versions_of_an_earlier_release(conn, database_url, make_model):
     """A version made before the postings existed (downgraded, its postings and triggers dropped, as 0004 made it)
     gets them, filled from its rows and kept by triggers, when the database is upgraded."""

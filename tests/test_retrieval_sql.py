@@ -467,3 +467,79 @@ def test_concurrent_writers_of_the_same_words_do_not_wait_for_each_other(conn, d
         f"SELECT lexeme, sum(df)::bigint FROM {stats} WHERE lexeme <> '' GROUP BY 1 HAVING sum(df) <> 0 ORDER BY 1"
     ).fetchall()
     assert summed == counted and ("alpha", 3) in counted
+
+
+def _postings_of_the_rows(conn, version: int) -> tuple[list, list]:
+    """What a version's postings and statistics must hold, computed from its chunk table: each (tenant, lexeme,
+    chunk, tf, token_count, labels), and per (tenant, label set, lexeme) the chunks holding it ('' : the chunk count
+    and their tokens)."""
+    table = f"toolkit.chunks_v{int(version)}"
+    postings = conn.execute(
+        f"SELECT c.tenant, l.lexeme, c.chunk_id, cardinality(l.positions), c.token_count, c.access_labels"
+        f" FROM {table} AS c CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent ORDER BY 1, 2, 3"
+    ).fetchall()
+    statistics = conn.execute(
+        f"SELECT c.tenant, c.access_labels, l.lexeme, count(*)::bigint, 0::bigint FROM {table} AS c"
+        " CROSS JOIN LATERAL unnest(c.fts) AS l WHERE NOT c.is_parent GROUP BY 1, 2, 3"
+        " UNION ALL SELECT c.tenant, c.access_labels, '', count(*), sum(c.token_count) FROM"
+        f" {table} AS c WHERE NOT c.is_parent GROUP BY 1, 2 ORDER BY 1, 2, 3"
+    ).fetchall()
+    return postings, statistics
+
+
+def test_postings_are_built_when_a_version_becomes_ready_and_go_when_it_builds_again(conn, make_model):
+    """A version being built has no postings, statistics or triggers keeping them (a backfill loads its rows alone);
+    mark_version_ready builds them from the rows, and triggers keep them for writes after it; mark_version_building
+    drops them with their triggers, and becoming ready again builds them from the rows as they are then. No chunk
+    table has a GIN index over its tsvector."""
+    from support import fill_version
+
+    make_model("p", DIMS, model_name=str(DIMS))
+    version = versions.create_version(conn, "p", "fixed:10:0", "fixed:10:0@postings-at-ready")
+    table = f"toolkit.chunks_v{int(version)}"
+    terms, stats = conn.execute(
+        "SELECT toolkit._postings_table(%s), toolkit._statistics_table(%s)", (version, version)
+    ).fetchone()
+
+    def built() -> tuple[bool, list]:
+        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL", (terms, stats))
+        triggers = conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND tgname LIKE 'text_postings%%' ORDER BY 1",
+            (table,),
+        ).fetchall()
+        return exists.fetchone()[0], [t[0] for t in triggers]
+
+    def held() -> tuple[list, list]:
+        postings = conn.execute(
+            f"SELECT tenant, lexeme, chunk_id, tf, token_count, access_labels FROM {terms} ORDER BY 1, 2, 3"
+        ).fetchall()
+        statistics = conn.execute(
+            f"SELECT tenant, access_labels, lexeme, sum(df)::bigint, sum(tokens)::bigint FROM {stats}"
+            " GROUP BY 1, 2, 3 HAVING sum(df) <> 0 OR sum(tokens) <> 0 ORDER BY 1, 2, 3"
+        ).fetchall()
+        return postings, statistics
+
+    assert built() == (False, [])
+    fill_version(conn, version, DIMS, {"a": 30, "b": 7}, labels=[[], ["hr"]])
+    assert built() == (False, [])  # the load wrote none
+    versions.create_version_index(conn, version, maintenance_work_mem="64MB")
+    versions.mark_version_ready(conn, version)
+    assert built() == (True, ["text_postings_delete", "text_postings_insert", "text_postings_update"])
+    expected = _postings_of_the_rows(conn, version)
+    assert len(expected[0]) > 60 and held() == expected
+    # Kept by the triggers afterwards.
+    conn.execute(f"UPDATE {table} SET text = 'zymurgy ' || text WHERE tenant = 'a' AND position < 3")
+    conn.execute(f"DELETE FROM {table} WHERE tenant = 'b' AND position = 0")
+    assert held() == _postings_of_the_rows(conn, version)
+    # Back to building: gone with their triggers; a write meanwhile; ready again: built from the rows as they are.
+    conn.execute("SELECT toolkit.mark_version_building(%s)", (version,))
+    assert built() == (False, [])
+    conn.execute(f"DELETE FROM {table} WHERE tenant = 'a' AND position = 5")
+    versions.mark_version_ready(conn, version)
+    assert held() == _postings_of_the_rows(conn, version)
+    gin = conn.execute(
+        "SELECT count(*) FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid JOIN pg_am AS a"
+        " ON a.oid = c.relam WHERE a.amname = 'gin' AND i.indrelid IN (SELECT oid FROM pg_class"
+        " WHERE relnamespace = 'toolkit'::regnamespace AND relname ~ '^chunks_v[0-9]+$')"
+    ).fetchone()[0]
+    assert gin == 0

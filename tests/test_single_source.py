@@ -180,7 +180,7 @@ def test_chunk_table_is_the_qualified_version_table(conn, make_model):
 
 def test_postings_and_statistics_tables_are_the_qualified_bare_names(conn, make_model):
     make_model("m", 8)
-    version = create_version(conn, "m", "fixed:20:0", "fixed:20:0@postings-names")
+    version = ready_version(conn, "m", 8, {"a": 3})  # the postings are built when a version becomes ready
     row = conn.execute(
         "SELECT toolkit._postings_table(%s), toolkit._terms_table(%s), to_regclass(toolkit._postings_table(%s)),"
         " toolkit._statistics_table(%s), toolkit._term_stats_table(%s), to_regclass(toolkit._statistics_table(%s))",
@@ -189,7 +189,7 @@ def test_postings_and_statistics_tables_are_the_qualified_bare_names(conn, make_
     postings, terms, postings_oid, statistics, term_stats, statistics_oid = row
     assert postings == f"toolkit.{terms}" and statistics == f"toolkit.{term_stats}"
     assert postings != statistics
-    assert postings_oid is not None and statistics_oid is not None  # name the tables create_version made
+    assert postings_oid is not None and statistics_oid is not None  # name the tables mark_version_ready made
 
 
 def test_chunk_columns_are_the_tables_columns(conn, make_model):
