@@ -139,8 +139,15 @@ class Document:
         if self.unit == "chars":
             return end - start <= budget
         # Only "fits" is decided from the estimate: it counts the whitespace at the span's ends, which the
-        # measure leaves out, so a large estimate may still fit.
-        if self.estimate(start, end, heading_path, context) < budget - 16:
+        # measure leaves out, so a large estimate may still fit. (estimate and prefix_tokens, inline: the
+        # structure-aware strategies ask this for every block.)
+        counter = self._counter
+        if counter is None:
+            counter = self.counter
+        prefix = self._prefix_cache.get((heading_path, context))
+        if prefix is None:
+            prefix = self.prefix_tokens(heading_path, context) - self.reserved
+        if counter.estimate(start, end) + prefix + self.reserved < budget - 16:
             return True
         return self.measure(start, end, heading_path, context) <= budget
 

@@ -16,6 +16,8 @@ Markdown.
 from __future__ import annotations
 
 import re
+from itertools import repeat
+from operator import sub
 
 # What markdown-it treats as a line break (it normalizes \r\n and \r to \n first).
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -28,6 +30,8 @@ _MAX_AUTOCOMPLETED_CELLS = 0x10000
 
 def _escaped_split(string: str) -> list[str]:
     """Cells of a table row: split at pipes that are not escaped (markdown-it's escapedSplit)."""
+    if "\\" not in string:  # nothing escaped: every pipe splits
+        return string.split("|")
     result: list[str] = []
     current = ""
     last = 0
@@ -59,8 +63,10 @@ class _Lines:
     def __init__(self, lines: list[str]):
         self.lines = lines
         self.n = len(lines)
-        self.body = body = [line.lstrip(" \t") for line in lines]
-        self.indent = indent = [len(line) - len(rest) for line, rest in zip(lines, body, strict=True)]
+        self.body = body = list(map(str.lstrip, lines, repeat(" \t")))
+        self.indent = indent = list(map(sub, map(len, lines), map(len, body)))
+        if not any(map(str.__contains__, lines, repeat("\t"))):
+            return
         for i, width in enumerate(indent):
             if width and "\t" in lines[i][:width]:  # tabs advance to the next multiple of 4
                 column = 0
@@ -159,14 +165,16 @@ class _Lines:
         )
 
 
-def scan(src: str, parse=None) -> list[tuple] | None:
+def scan(src: str, parse=None, lines: list[str] | None = None) -> list[tuple] | None:
     """Top-level blocks as (kind, first line, end line, extra): ``("heading", a, b, (level, title))``,
     ``("paragraph", a, b, None)``, ``("code", a, b, None)``, ``("table", a, b, None)``, and
     ``("other", a, b, protected)`` (a block quote) with the line ranges of the code blocks and tables inside it; line
     numbers as markdown-it counts them. ``parse`` is markdown-it's ``parse`` (configured as the strategy's),
-    used for block quotes; without it, a text with a block quote gives None."""
+    used for block quotes; without it, a text with a block quote gives None. ``lines``: ``src.split("\\n")`` when
+    the caller has it already and ``src`` has no carriage return (the scan takes the list over)."""
     # str.split is several times as fast as the regular expression; without a carriage return they cut alike.
-    lines = _LINE_BREAK.split(src) if "\r" in src else src.split("\n")
+    if lines is None:
+        lines = _LINE_BREAK.split(src) if "\r" in src else src.split("\n")
     # markdown-it gives a last line of only spaces (or nothing) no line of its own; then the last line it
     # counts ends with a line break.
     broken = bool(lines) and not lines[-1].strip(" \t")
@@ -179,14 +187,20 @@ def scan(src: str, parse=None) -> list[tuple] | None:
     blocks: list[tuple] = []
     line = parsed = 0
     while line < n:
-        if not body[line]:
+        rest = body[line]
+        if not rest:
             line += 1
             continue
-        columns = t.table_header(line)
+        # Each rule below reads the line's first character, and a table header holds a "|": lines that cannot
+        # start a table, fence, quote or heading skip those rules (they would give None).
+        first = rest[0]
+        columns = t.table_header(line) if "|" in rest else None
         if columns is not None:
             end, filled = line + 2, 0
             while end < n:
-                if t.fence_open(end) is not None or t.quote(end) or t.atx(end) is not None:
+                if body[end][:1] in "`~>#" and (
+                    t.fence_open(end) is not None or t.quote(end) or t.atx(end) is not None
+                ):
                     break  # markdown-it ends a table where a block quote would end
                 row = body[end].strip(_TRIM)
                 if not row or indent[end] >= 4:
@@ -211,7 +225,7 @@ def scan(src: str, parse=None) -> list[tuple] | None:
             blocks.append(("code", line, end, None))
             line = end
             continue
-        fence = t.fence_open(line)
+        fence = t.fence_open(line) if first in "`~" else None
         if fence is not None:
             marker, length = fence
             end = line + 1
@@ -228,7 +242,7 @@ def scan(src: str, parse=None) -> list[tuple] | None:
             blocks.append(("code", line, end, None))
             line = end
             continue
-        if t.quote(line):
+        if first == ">":  # a quote (the indentation is under 4 here)
             end = t.quote_window(line)
             parsed += end - line
             if parsed > n // 2 + 200:
@@ -236,19 +250,28 @@ def scan(src: str, parse=None) -> list[tuple] | None:
             blocks.append(_quote(parse, lines, line, end, end < n or broken))
             line = blocks[-1][2]
             continue
-        heading = t.atx(line)
+        heading = t.atx(line) if first == "#" else None
         if heading is not None:
             blocks.append(("heading", line, line + 1, heading))
             line += 1
             continue
-        # Setext heading: paragraph lines up to an underline, unless something interrupts them first.
+        # Setext heading: paragraph lines up to an underline, unless something interrupts them first. Without an
+        # underline, the lines up to that interruption are the paragraph. Only a line starting with one of "-="
+        # can be an underline, and only one starting with one of "`~>#" or holding a "|" can interrupt.
         next_line, level = line + 1, None
-        while next_line < n and body[next_line]:
+        while next_line < n:
+            rest = body[next_line]
+            if not rest:
+                break
             if indent[next_line] > 3:
                 next_line += 1
                 continue
-            level = t.underline(next_line)
-            if level is not None or t.interrupts(next_line):
+            first = rest[0]
+            if first in "-=":
+                level = t.underline(next_line)
+                if level is not None:
+                    break
+            if (first in "`~>#" or "|" in rest) and t.interrupts(next_line):
                 break
             next_line += 1
         if level is not None:
@@ -256,11 +279,6 @@ def scan(src: str, parse=None) -> list[tuple] | None:
             blocks.append(("heading", line, next_line + 1, (level, title)))
             line = next_line + 1
             continue
-        next_line = line + 1
-        while next_line < n and body[next_line]:
-            if indent[next_line] <= 3 and t.interrupts(next_line):
-                break
-            next_line += 1
         blocks.append(("paragraph", line, next_line, None))
         line = next_line
     return blocks

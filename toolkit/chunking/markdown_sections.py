@@ -43,21 +43,30 @@ def parse_sections(text: str, *, scanner: bool = True) -> tuple[list[Section], l
 
     The line scanner (``markdown_scan``) finds the blocks unless the text has a block quote or ``scanner`` is
     False; markdown-it-py finds them otherwise (the same blocks: the tests compare the two)."""
-    starts = line_starts(text)
+    sections = [Section((), 0, 0, [])]
+    front = _FRONT_MATTER.match(text)
+    skip = 0  # lines of front matter: the parser sees only what follows
+    if front:
+        sections[0].blocks.append(Block(0, front.end(), "code"))
+    source = text[front.end() :] if front else text
+    lines = None
+    if "\r" in text:
+        starts = line_starts(text)
+        if front:
+            skip = len(_LINE_BREAK.findall(text, 0, front.end()))
+    else:
+        # The front matter ends after a line break (or at the end), so the source's lines are the text's lines
+        # from there on: their starts come from the lines the scanner reads, split once.
+        lines = source.split("\n")
+        starts = list(map(add, accumulate(map(len, lines), initial=front.end() if front else 0), count()))
+        starts.pop()
     n_lines = len(starts)
 
     def offset(line: int) -> int:
         line += skip
         return starts[line] if line < n_lines else len(text)
 
-    sections = [Section((), 0, 0, [])]
-    front = _FRONT_MATTER.match(text)
-    skip = 0  # lines of front matter: the parser sees only what follows
-    if front:
-        sections[0].blocks.append(Block(0, front.end(), "code"))
-        skip = len(_LINE_BREAK.findall(text, 0, front.end()))
-    source = text[front.end() :] if front else text
-    blocks = scan(source, _parser().parse) if scanner else None
+    blocks = scan(source, _parser().parse, lines) if scanner else None
     if blocks is None:
         blocks = blocks_from_tokens(_parser().parse(source))
     stack: list[tuple[int, str]] = []

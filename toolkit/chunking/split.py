@@ -292,7 +292,7 @@ class _Parts:
                     if parts is not None:
                         self.inner[k] = inner[x] = parts
                         slices[x] = slice(0, 0)
-        counts = list(map(splitter.count_till, map(text.__getitem__, slices), repeat(limit)))
+        counts = splitter.count_each(list(map(text.__getitem__, slices)), limit)
         for x, parts in inner.items():
             counts[x] = parts.segment_sums[-1] if parts.flagged is None or parts.segment_sums[-1] <= limit else None
         self.flagged = None
@@ -414,6 +414,7 @@ class _CountingSplitter:
         # Heads and tails are short strings, rarely seen twice: the engine counts them as fast as a cache lookup.
         self.count = tokenizer.count_uncached
         self.count_till = tokenizer.count_till
+        self.count_each = tokenizer.count_each
         # Segments are counted up to here: one that is longer is over the budget in any span that holds it.
         self.limit = budget + 64
         # Longer segments are split at the next level before they are counted (see _Parts).

@@ -27,7 +27,9 @@ import functools
 import logging
 import os
 import re
+from array import array
 from bisect import bisect_left, bisect_right
+from itertools import repeat
 from typing import Any, Protocol
 
 # The offline package registers this name; it is byte-identical to cl100k_base. "cl100k_base" itself
@@ -236,6 +238,7 @@ class Cl100kTokenizer:
             self.count_till = lambda text, limit: n if (n := len(encode(text))) <= limit else None
             self.engine = "tiktoken"
         self.count_uncached = self._count  # count() without the cache, for strings seen once (surrogates raise)
+        self._encode_buffer = _no_buffer
         self._cache: dict[str, int] = {}
         # Characters still to chunk before fastokens is loaded (auto), or None.
         self._until_fastokens = FASTOKENS_AFTER_CHARS if choice == "auto" else None
@@ -293,8 +296,46 @@ class Cl100kTokenizer:
         def count(text):
             return len(encode_ordinary(text)) if len(text) <= short else count_till(text, _NO_LIMIT)
 
+        def count_each(texts, limit):
+            # The engine called straight from map, without count_till's Python frame per text.
+            if max(map(len, texts), default=0) > short:
+                return list(map(count_till, texts, repeat(limit)))
+            counts = list(map(len, map(encode_ordinary, texts)))
+            if max(counts, default=0) <= limit:
+                return counts
+            return [n if n <= limit else None for n in counts]
+
+        # The same ids as ``encode``, as one buffer of uint32 (no Python int per token, for SpanCounter): the batch
+        # call with special tokens split is encode_ordinary, checked on the probe (with special tokens) first.
+        encode_batch_flat = getattr(engine, "encode_batch_flat", None)
+        if encode_batch_flat is not None:
+            probe = PROBE + "<|endoftext|><|fim_prefix|><|endofprompt|>"
+            try:
+                flat = bytes(encode_batch_flat([PROBE, probe], split_special_tokens=True)[0])
+            except Exception as error:  # an engine without this signature: its per-call path is used
+                log.debug("fastokens encode_batch_flat not used (%s)", error)
+                encode_batch_flat = None
+            else:
+                expected = PROBE_IDS + list(encode_ordinary(probe).ids)
+                if flat != b"".join(i.to_bytes(4, "little") for i in expected):
+                    encode_batch_flat = None
+
+        def encode_buffer(text):
+            if encode_batch_flat is None:
+                return None
+            if len(text) <= short:
+                return encode_batch_flat([text], split_special_tokens=True)[0]
+            pieces = []
+            for start, end, fits in _slices(text, short):
+                if not fits:
+                    return None
+                pieces.append(text[start:end])
+            return encode_batch_flat(pieces, split_special_tokens=True)[0]
+
         self._long = (long_encode, long_till)
         self._encode = encode
+        self._encode_buffer = encode_buffer
+        self.count_each = count_each
         self._count = self.count_uncached = count
         self.count_till = count_till
         self.engine = "fastokens"
@@ -325,6 +366,33 @@ class Cl100kTokenizer:
     def span_counter(self, text: str) -> SpanCounter:
         return SpanCounter(self, text)
 
+    def count_each(self, texts: list[str], limit: int) -> list[int | None]:
+        """``count_till(text, limit)`` of each text (fastokens replaces this with a leaner loop)."""
+        return list(map(self.count_till, texts, repeat(limit)))
+
+    def token_starts(self, text: str):
+        """A numpy int64 array: the character offset where each token of ``text`` starts (a token that starts inside
+        a multi-byte character gets the offset just after that character), then ``len(text)``. Lone surrogates
+        raise UnicodeEncodeError."""
+        import numpy as np
+
+        buffer = self._encode_buffer(text)
+        if buffer is None:
+            buffer = array("I", self._encode(text))
+        ids = np.frombuffer(buffer, dtype=np.uint32)
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(_token_lengths()[ids], out=offsets[1:])
+        if not text.isascii():
+            raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+            chars_before = np.zeros(len(raw) + 1, dtype=np.int64)
+            np.cumsum((raw & 0xC0) != 0x80, out=chars_before[1:])
+            offsets = chars_before[offsets]
+        return offsets
+
+
+def _no_buffer(text: str) -> None:
+    return None
+
 
 class SpanCounter:
     """Exact token counts of spans of one text, which is encoded once.
@@ -336,19 +404,12 @@ class SpanCounter:
     """
 
     def __init__(self, tokenizer: Cl100kTokenizer, text: str):
-        import numpy as np
-
         self.text = text
         self._tokenizer = tokenizer
-        tokens = tokenizer._encode(text)
-        ends = np.cumsum(_token_lengths()[np.asarray(tokens, dtype=np.int64)]) if tokens else np.zeros(0, int)
-        if not text.isascii():
-            raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-            chars_before = np.zeros(len(raw) + 1, dtype=np.int64)
-            np.cumsum((raw & 0xC0) != 0x80, out=chars_before[1:])
-            ends = chars_before[ends]
-        self._offsets = [0, *ends.tolist()]
-        self.total = len(tokens)
+        offsets = tokenizer.token_starts(text)
+        # An array rather than a list: bisect reads it as well, without a Python int made for every token.
+        self._offsets = array("q", offsets.tobytes())
+        self.total = len(offsets) - 1
 
     def _index(self, position: int) -> int | None:
         # Tokens that end inside a multi-byte character are mapped to that character's end, so an offset
