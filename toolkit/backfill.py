@@ -426,7 +426,7 @@ def finalize_version(conn: psycopg.Connection, version: int, *, maintenance_work
         )
     started = time.perf_counter()
     try:
-        versions.mark_version_ready(conn, version)
+        versions.mark_version_ready(conn, version, maintenance_work_mem=maintenance_work_mem)
     except StateError:
         return Finalized("pending")
     return Finalized("ready", seconds, time.perf_counter() - started)

@@ -99,8 +99,12 @@ def version_pending_rows(conn: psycopg.Connection, version: int) -> int:
     return _scalar(conn, "SELECT toolkit.version_pending_rows(%s)", (version,))
 
 
-def mark_version_ready(conn: psycopg.Connection, version: int) -> None:
-    _scalar(conn, "SELECT toolkit.mark_version_ready(%s)::text", (version,))
+def mark_version_ready(conn: psycopg.Connection, version: int, maintenance_work_mem: str = "512MB") -> None:
+    """Moves a version to ready, which builds its full-text postings from its rows: a sort and an aggregation over
+    every (chunk, lexeme), given ``maintenance_work_mem`` (as the HNSW build is) so neither spills to disk."""
+    with translate_errors(), conn.transaction():
+        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
+        conn.execute("SELECT toolkit.mark_version_ready(%s)::text", (version,)).fetchone()
 
 
 def active_version(conn: psycopg.Connection) -> int | None:
