@@ -418,7 +418,10 @@ class Scale:
                 for layout in self.layouts:
                     self.results["runs"].append(self.run_one(size, layout))
         finally:
-            self.stop()
+            if self.args.keep:
+                print(f"kept: the server in {self.data_dir} ({self.url}); stop it with toolkit's server.stop_embedded")
+            else:
+                self.stop()
         self.results["seconds"] = time.perf_counter() - started
         self.results["load_average"] = load_average()
         return self.results
@@ -533,6 +536,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shared-buffers", default=None, help="default 4GB past 300k chunks, else 2GB")
     parser.add_argument("--maintenance-work-mem", default=None, help="for the HNSW build; 4GB past 300k, else 1GB")
+    parser.add_argument("--keep", action="store_true", help="leave the server and the last version for inspection")
     parser.add_argument("--write", action="store_true", help='replace "## Search at 1M chunks" in docs/benchmarks.md')
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
