@@ -644,11 +644,13 @@ DECLARE
     chunks regclass := to_regclass(toolkit._chunk_table(target));
     name text;
 BEGIN
-    IF chunks IS NOT NULL THEN
-        FOREACH name IN ARRAY ARRAY['text_postings_insert', 'text_postings_delete', 'text_postings_update'] LOOP
-            EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', name, chunks);
-        END LOOP;
-    END IF;
+    -- The triggers are the ones that run the postings' trigger function (their names are _create_text_postings').
+    FOR name IN
+        SELECT t.tgname FROM pg_catalog.pg_trigger AS t
+        WHERE t.tgrelid = chunks AND t.tgfoid = 'toolkit._text_postings_trigger()'::regprocedure
+    LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', name, chunks);
+    END LOOP;
     EXECUTE format('DROP TABLE IF EXISTS %s, %s', toolkit._postings_table(target), toolkit._statistics_table(target));
 END
 $$;

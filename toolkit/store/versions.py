@@ -87,11 +87,16 @@ def find_version(
     return row[0] if row else None
 
 
-def create_version_index(conn: psycopg.Connection, version: int, maintenance_work_mem: str = "512MB") -> str:
-    """Builds the version's HNSW index (after the bulk load: building it then is fastest)."""
+def _with_build_memory(conn: psycopg.Connection, query: str, version: int, maintenance_work_mem: str):
+    """Runs a bulk build (``query`` of one version) in a transaction of its own with ``maintenance_work_mem``."""
     with translate_errors(), conn.transaction():
         conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
-        return conn.execute("SELECT toolkit.create_version_index(%s)", (version,)).fetchone()[0]
+        return conn.execute(query, (version,)).fetchone()[0]
+
+
+def create_version_index(conn: psycopg.Connection, version: int, maintenance_work_mem: str = "512MB") -> str:
+    """Builds the version's HNSW index (after the bulk load: building it then is fastest)."""
+    return _with_build_memory(conn, "SELECT toolkit.create_version_index(%s)", version, maintenance_work_mem)
 
 
 def version_pending_rows(conn: psycopg.Connection, version: int) -> int:
@@ -102,9 +107,7 @@ def version_pending_rows(conn: psycopg.Connection, version: int) -> int:
 def mark_version_ready(conn: psycopg.Connection, version: int, maintenance_work_mem: str = "512MB") -> None:
     """Moves a version to ready, which builds its full-text postings from its rows: a sort and an aggregation over
     every (chunk, lexeme), given ``maintenance_work_mem`` (as the HNSW build is) so neither spills to disk."""
-    with translate_errors(), conn.transaction():
-        conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (maintenance_work_mem,))
-        conn.execute("SELECT toolkit.mark_version_ready(%s)::text", (version,)).fetchone()
+    _with_build_memory(conn, "SELECT toolkit.mark_version_ready(%s)::text", version, maintenance_work_mem)
 
 
 def active_version(conn: psycopg.Connection) -> int | None:
